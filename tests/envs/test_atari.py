@@ -1,0 +1,184 @@
+"""The Atari env against a plain, slow reference on real ALE frames."""
+
+import ale_py
+import numpy as np
+import pytest
+from ale_py import roms
+
+from tfaccel.envs.atari import AtariConfig, canonical_game, game_names
+from tfaccel.envs.frames import FrameStack, Resizer, area_matrix
+
+
+def test_game_names_accept_snake_and_camel_case():
+    assert canonical_game("pong") == "pong"
+    assert canonical_game("Pong") == "pong"
+    assert canonical_game("SpaceInvaders") == "space_invaders"
+    assert canonical_game("space-invaders") == "space_invaders"
+    assert "breakout" in game_names()
+
+
+def test_unknown_game_lists_close_names():
+    with pytest.raises(ValueError, match=r"unknown Atari game 'pongg'.*closest valid names: pong"):
+        AtariConfig(game="pongg")
+
+
+def test_area_matrix_worked_examples():
+    np.testing.assert_allclose(area_matrix(4, 2), [[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]])
+    np.testing.assert_allclose(area_matrix(3, 2), [[2 / 3, 1 / 3, 0], [0, 1 / 3, 2 / 3]], rtol=1e-6)
+
+
+def test_halving_fast_path_equals_area_matrices():
+    frame = np.random.default_rng(0).integers(0, 256, (208, 160), dtype=np.uint8)
+    fast = Resizer((208, 160), (104, 80))
+    assert fast.halves
+    blocks = frame.reshape(104, 2, 80, 2).astype(np.float64).mean(axis=(1, 3))
+    expected = np.floor(blocks + 0.5).astype(np.uint8)  # round halves up
+    np.testing.assert_array_equal(fast(frame), expected)
+    general = Resizer((208, 160), (104, 80))
+    general.halves = False
+    np.testing.assert_array_equal(general(frame), expected)
+
+
+@pytest.mark.parametrize("depth", [4, 3])
+def test_frame_stack_is_oldest_first_with_zeros_at_start(depth):
+    stack = FrameStack(2, 3, depth)
+    for value in (1, 2):
+        out = stack.push(np.full((2, 3), value, np.uint8))
+    expected = [0] * (depth - 2) + [1, 2]
+    np.testing.assert_array_equal(out[1, 2], expected)
+    stack.clear()
+    np.testing.assert_array_equal(
+        stack.push(np.full((2, 3), 9, np.uint8))[0, 0], [0] * (depth - 1) + [9]
+    )
+
+
+class ReferenceAtari:
+    """The paper's preprocessing written plainly: one frame at a time, no buffers reused."""
+
+    def __init__(self, seed, sticky=0.0):
+        self.ale = ale_py.ALEInterface()
+        self.ale.setInt("random_seed", seed)
+        self.ale.setFloat("repeat_action_probability", sticky)
+        self.ale.loadROM(roms.get_rom_path("pong"))
+        self.actions = self.ale.getMinimalActionSet()
+        self.frames = []
+
+    def observe(self, screens):
+        pooled = np.maximum(screens[-2], screens[-1]).astype(np.float64)[1:209]
+        small = np.floor(pooled.reshape(104, 2, 80, 2).mean(axis=(1, 3)) + 0.5).astype(np.uint8)
+        self.frames.append(small)
+        recent = self.frames[-4:]
+        padded = [np.zeros_like(small)] * (4 - len(recent)) + recent
+        return np.stack(padded, axis=-1)
+
+    def reset(self, noops):
+        self.ale.reset_game()
+        for _ in range(noops):
+            self.ale.act(ale_py.Action.NOOP)
+        self.frames = []
+        screen = self.ale.getScreenGrayscale()
+        return self.observe([screen, screen])
+
+    def step(self, action):
+        screens, reward = [], 0.0
+        for _ in range(4):
+            reward += self.ale.act(self.actions[action])
+            screens.append(self.ale.getScreenGrayscale())
+        return self.observe(screens), reward
+
+
+def test_preprocessing_matches_plain_reference_on_real_frames():
+    seed = 7
+    config = AtariConfig(game="pong", clip_rewards=False)
+    env = config(seed)
+    noops = int(np.random.default_rng(seed).integers(1, config.noop_max + 1))
+    reference = ReferenceAtari(seed)
+    np.testing.assert_array_equal(env.reset(), reference.reset(noops))
+    rng = np.random.default_rng(1)
+    rewards = []
+    for _ in range(300):
+        action = int(rng.integers(env.spec.num_actions))
+        result = env.step(action)
+        expected, reward = reference.step(action)
+        np.testing.assert_array_equal(result.observation, expected)
+        assert result.reward == reward
+        rewards.append(reward)
+    assert any(rewards), "300 random steps of Pong should score at least one point"
+    assert result.observation.std() > 0
+
+
+def test_same_seed_same_trajectory_and_different_seed_differs():
+    def run(seed):
+        env = AtariConfig(game="breakout", sticky_action_prob=0.25)(seed)
+        frames = [env.reset().copy()]
+        for t in range(200):
+            result = env.step(t % env.spec.num_actions)
+            frames.append(result.observation.copy())
+            if result.terminated:
+                frames.append(env.reset().copy())
+        return np.stack(frames)
+
+    np.testing.assert_array_equal(run(3), run(3))
+    assert not np.array_equal(run(3), run(4))
+
+
+def test_episodic_life_ends_learning_episode_not_game():
+    env = AtariConfig(game="breakout", fire_on_reset=True, noop_max=0)(0)
+    env.reset()
+    life_ends, raw = 0, 0.0
+    while True:
+        result = env.step(0)  # NOOP: the ball is lost, life after life
+        if result.terminated:
+            life_ends += 1
+            if env.game_over:
+                break
+            assert env.game_length > 0
+            env.reset()
+    assert life_ends == 5  # Breakout has five lives
+    assert env.game_over and env.game_return == raw
+
+
+def test_clipped_rewards_keep_raw_score():
+    env = AtariConfig(game="pong", noop_max=0, max_agent_steps=400)(0)
+    env.reset()
+    clipped = 0.0
+    while True:
+        result = env.step(0)
+        clipped += result.reward
+        assert result.reward in (-1.0, 0.0, 1.0)
+        if result.terminated or result.truncated:
+            break
+    assert result.truncated and not result.terminated  # Pong has no lives: only the time limit
+    assert env.game_over and env.game_length == 400
+    assert env.game_return == clipped  # Pong points are +-1, so clipping keeps them
+    assert env.game_return < 0
+
+
+def test_truncation_at_time_limit_then_new_game():
+    env = AtariConfig(game="pong", max_agent_steps=5)(0)
+    env.reset()
+    flags = [env.step(0)[2:] for _ in range(5)]
+    assert flags[:4] == [(False, False)] * 4 and flags[4] == (False, True)
+    env.reset()
+    assert env.game_length == 0 and not env.game_over
+
+
+def test_nature_preprocessing_shape_and_full_action_set():
+    env = AtariConfig.nature(game="Pong", full_action_set=True)(0)
+    assert env.spec.observation.shape == (84, 84, 4)
+    assert env.spec.num_actions == 18
+    assert env.reset()[..., -1].std() > 0
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(frame_skip=0), "frame_skip must be positive"),
+        (dict(height=-1), "height must be positive"),
+        (dict(sticky_action_prob=1.5), "sticky_action_prob"),
+        (dict(frame_skip=1), "max_pool"),
+    ],
+)
+def test_bad_settings_are_named(bad, message):
+    with pytest.raises(ValueError, match=message):
+        AtariConfig(**bad)

@@ -1,0 +1,312 @@
+"""The env pool: equal to a serial loop, alternating groups, lifecycle, faults, no TensorFlow."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.pool import WORKER_NAME, EnvPool, PoolError, SerialPool, env_seeds
+from tfaccel.envs.toy import ScriptedConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def shm_segments():
+    return {name for name in os.listdir("/dev/shm") if name.startswith("tfaccel_")}
+
+
+def worker_children():
+    """Live (non-zombie) pool workers anywhere on the machine started from this process tree."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    name, rest = stat.read().split("(", 1)[1].rsplit(")", 1)
+            except OSError:
+                continue
+            if (
+                name.startswith(WORKER_NAME)
+                and rest.split()[0] != "Z"
+                and os.getpgid(int(entry)) == os.getpgid(0)
+            ):
+                found.append(int(entry))
+    return found
+
+
+def assert_steps_equal(a, b):
+    for field in a._fields:
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+@pytest.mark.parametrize("num_groups", [1, 2])
+def test_pool_equals_serial_loop_step_by_step(num_groups):
+    config = ScriptedConfig(life_length=7, lives=4, max_steps=23)
+    rng = np.random.default_rng(0)
+    with (
+        EnvPool(config, 2, 4, num_groups=num_groups, seed=11) as pool,
+        SerialPool(config, 8, num_groups=num_groups, seed=11) as serial,
+    ):
+        assert pool.seeds == serial.seeds == env_seeds(11, 8)
+        assert_steps_equal(pool.reset(), serial.reset())
+        game_overs = terminations = truncations = 0
+        for _ in range(60):
+            actions = rng.integers(0, 3, 8)
+            step = pool.step(actions)
+            assert_steps_equal(step, serial.step(actions))
+            game_overs += step.game_over.sum()
+            terminations += step.terminated.sum()
+            truncations += step.truncated.sum()
+        assert game_overs and terminations and truncations  # every path was taken
+
+
+def test_pool_matches_envs_stepped_by_hand_on_atari():
+    config = AtariConfig(game="pong")
+    with EnvPool(config, 2, 2, seed=5) as pool:
+        envs = [config(seed) for seed in pool.seeds]
+        np.testing.assert_array_equal(pool.reset().observation, np.stack([e.reset() for e in envs]))
+        for t in range(40):
+            actions = np.array([(t + i) % 6 for i in range(4)])
+            step = pool.step(actions)
+            for i, env in enumerate(envs):
+                result = env.step(int(actions[i]))
+                np.testing.assert_array_equal(step.observation[i], result.observation)
+                assert step.reward[i] == result.reward
+
+
+def test_alternating_groups_overlap_and_keep_order():
+    config = ScriptedConfig(life_length=4)
+    with (
+        EnvPool(config, 2, 4, num_groups=2, seed=0) as pool,
+        SerialPool(config, 8, num_groups=2, seed=0) as serial,
+    ):
+        pool.reset(), serial.reset()
+        assert pool.group_size == 4
+        for group in (0, 1):
+            pool.send(np.zeros(4, np.int32), group)
+            serial.send(np.zeros(4, np.int32), group)
+        with pytest.raises(RuntimeError, match="out of order"):
+            pool.recv(1)
+        for t in range(20):
+            group = t % 2
+            assert_steps_equal(pool.recv(group), serial.recv(group))
+            actions = np.full(4, t % 3, np.int32)
+            pool.send(actions, group)
+            serial.send(actions, group)
+        with pytest.raises(RuntimeError, match="sent already"):
+            pool.send(np.zeros(4, np.int32), 0)
+
+
+def test_held_env_is_not_stepped():
+    with SerialPool(ScriptedConfig(), 2) as serial, EnvPool(ScriptedConfig(), 1, 2) as pool:
+        for p in (serial, pool):
+            first = p.reset().observation.copy()
+            step = p.step(np.array([-1, 1]))
+            np.testing.assert_array_equal(step.observation[0], first[0])
+            assert not np.array_equal(step.observation[1], first[1])
+            assert step.reward[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    "actions, message",
+    [
+        (np.zeros(3, np.int32), r"shape \(4,\)"),
+        (np.full(4, 3), r"in \[0, 3\)"),
+        (np.zeros(4), "integers"),
+    ],
+)
+def test_bad_actions_are_named(actions, message):
+    with EnvPool(ScriptedConfig(), 2, 2) as pool:
+        pool.reset()
+        with pytest.raises(ValueError, match=message):
+            pool.send(actions)
+
+
+def test_bad_sizes_are_named():
+    with pytest.raises(ValueError, match="must be positive"):
+        EnvPool(ScriptedConfig(), 0, 2)
+    with pytest.raises(ValueError, match="split evenly into 2 groups"):
+        EnvPool(ScriptedConfig(), 2, 3, num_groups=2)
+
+
+def test_close_is_idempotent_and_leaves_nothing():
+    before = shm_segments()
+    pool = EnvPool(ScriptedConfig(), 3, 2)
+    pool.reset()
+    assert shm_segments() == before  # the segment's name is gone once every worker mapped it
+    assert sorted(pool.pids) == sorted(worker_children())
+    pool.close()
+    pool.close()
+    assert shm_segments() == before
+    assert not worker_children()
+    with pytest.raises(PoolError, match="closed"):
+        pool.step(np.zeros(6, np.int32))
+
+
+def test_exception_in_caller_closes_pool():
+    before = shm_segments()
+    with pytest.raises(KeyError):
+        with EnvPool(ScriptedConfig(), 2, 2) as pool:
+            pool.reset()
+            raise KeyError("caller bug")
+    assert shm_segments() == before and not worker_children()
+
+
+def test_env_exception_reaches_caller_with_worker_and_env():
+    before = shm_segments()
+    seeds = env_seeds(0, 4)
+    config = ScriptedConfig(raise_at_step=3, faulty_seeds=(seeds[3],))
+    with EnvPool(config, 2, 2, seed=0) as pool:
+        pool.reset()
+        pool.step(np.zeros(4, np.int32))
+        pool.step(np.zeros(4, np.int32))
+        with pytest.raises(
+            PoolError,
+            match=r"worker 1 .*envs \[2, 3\].*env 3 raised RuntimeError: scripted fault at step 3",
+        ):
+            pool.step(np.zeros(4, np.int32))
+    assert shm_segments() == before and not worker_children()
+
+
+def test_killed_worker_is_reported_within_seconds():
+    before = shm_segments()
+    with EnvPool(ScriptedConfig(), 2, 2, timeout=60) as pool:
+        pool.reset()
+        os.kill(pool.pids[0], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(PoolError, match=r"worker 0 .*(died|is gone).*SIGKILL"):
+            pool.step(np.zeros(4, np.int32))
+        assert time.monotonic() - start < 5
+    assert shm_segments() == before and not worker_children()
+
+
+def test_worker_crash_inside_env_is_reported():
+    with EnvPool(ScriptedConfig(crash_at_step=2), 2, 1) as pool:
+        pool.reset()
+        pool.step(np.zeros(2, np.int32))
+        with pytest.raises(PoolError, match="died while stepping group 0 .killed by SIGKILL"):
+            pool.step(np.zeros(2, np.int32))
+
+
+def test_hung_worker_times_out():
+    with EnvPool(ScriptedConfig(hang_at_step=1), 1, 1, timeout=1.0) as pool:
+        pool.reset()
+        start = time.monotonic()
+        with pytest.raises(PoolError, match=r"did not answer within 1 s.*hung"):
+            pool.step(np.zeros(1, np.int32))
+        assert time.monotonic() - start < 5
+    assert not worker_children()
+
+
+def test_factory_failure_at_start_is_reported():
+    with pytest.raises(PoolError, match="could not start"):
+        EnvPool(BrokenFactory(), 1, 1)
+    assert not worker_children()
+
+
+class BrokenFactory:
+    """Works in the caller (to read the spec), fails in workers."""
+
+    def __call__(self, seed):
+        if os.environ.get("TFACCEL_TEST_PARENT") != str(os.getpid()):
+            raise OSError("no emulator here")
+        return ScriptedConfig()(seed)
+
+
+@pytest.fixture(autouse=True)
+def _mark_parent(monkeypatch):
+    monkeypatch.setenv("TFACCEL_TEST_PARENT", str(os.getpid()))
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    {preamble}
+    from tests.envs.probes import ModuleProbeConfig
+    from tfaccel.envs.pool import EnvPool
+    pool = EnvPool(ModuleProbeConfig("tensorflow"), 2, 2)
+    pool.reset()
+    print("tensorflow in workers:", pool.step(np.zeros(4, np.int32)).reward.tolist(), flush=True)
+    print("pids", *pool.pids, flush=True)
+    {body}
+    """
+)
+
+
+def run_script(preamble="", body="", **kwargs):
+    code = SCRIPT.format(preamble=preamble, body=body)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def test_workers_never_import_tensorflow_even_if_the_caller_did():
+    path = os.path.join(ROOT, "tests", "envs", "_script_with_tf.py")
+    script = "import tensorflow\nassert 'tensorflow' in sys.modules\n"
+    with open(path, "w") as handle:
+        handle.write(SCRIPT.format(preamble=script, body=""))
+    try:
+        out = subprocess.run(
+            [sys.executable, path],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
+    finally:
+        os.remove(path)
+    assert "tensorflow in workers: [0.0, 0.0, 0.0, 0.0]" in out.stdout, out.stderr[-2000:]
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids, seconds=10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if pid_alive(p)]
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_caller_interrupted_or_killed_leaves_no_workers_or_segments(how):
+    before = shm_segments()
+    process = run_script(body="time.sleep(60)")
+    lines = []
+    while not lines or not lines[-1].startswith("pids"):
+        lines.append(process.stdout.readline())
+        assert lines[-1], process.stderr.read()
+    pids = [int(p) for p in lines[-1].split()[1:]]
+    os.kill(process.pid, signal.SIGINT if how == "sigint" else signal.SIGKILL)
+    process.wait(30)
+    assert not wait_gone(pids)
+    deadline = time.monotonic() + 10
+    while shm_segments() != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert shm_segments() == before
+
+
+def test_thirty_two_env_atari_pool_starts_fast():
+    start = time.monotonic()
+    with EnvPool(AtariConfig(), 4, 8) as pool:
+        pool.reset()
+        elapsed = time.monotonic() - start
+    assert elapsed < 5.0, f"32-env pool took {elapsed:.1f} s to start"

@@ -1,0 +1,1 @@
+"""Environments and the env pool. Numpy only: nothing here imports TensorFlow."""

@@ -1,0 +1,239 @@
+"""One Atari game through the Arcade Learning Environment, preprocessed as in the papers.
+
+Default preprocessing follows Stooke & Abbeel, "Accelerated Methods for Deep Reinforcement
+Learning" (2018): frame skip 4 with the max over the last two frames, grayscale, one row cropped at
+top and bottom (210 -> 208), a x2 area downsample to 104x80, and a stack of the last 4 frames. The
+Nature-DQN variant (Mnih et al., 2015) resizes the uncropped frame to 84x84 instead
+(`AtariConfig.nature()`). The rest is the usual Atari protocol (Machado et al., 2018): up to 30
+random no-op frames at the start of a game, optional FIRE on reset, episodic life, sign-clipped
+rewards for learning with the raw score kept, sticky actions (off by default, as in the papers),
+and a limit of 27,000 agent steps (108,000 frames) per game.
+
+Numpy and ale-py only: pool workers import this module, never TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+
+import ale_py
+import numpy as np
+from ale_py import roms
+
+from tfaccel.envs.frames import FrameStack, Resizer
+from tfaccel.types import ArraySpec, EnvSpec, StepResult
+
+SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
+
+
+def game_names() -> list[str]:
+    """The games whose ROMs the installed ale-py ships, as snake_case ids (`space_invaders`)."""
+    return sorted(roms.get_all_rom_ids())
+
+
+def canonical_game(name: str) -> str:
+    """Maps `pong`, `Pong`, `SpaceInvaders` or `space-invaders` to ale-py's id.
+
+    Raises:
+        ValueError: the name is no shipped game; the message lists the closest valid names.
+    """
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.strip()).lower().replace("-", "_")
+    snake = snake.replace(" ", "_")
+    valid = game_names()
+    if snake in valid:
+        return snake
+    squashed = {game.replace("_", ""): game for game in valid}
+    if snake.replace("_", "") in squashed:
+        return squashed[snake.replace("_", "")]
+    close = difflib.get_close_matches(snake, valid, n=5, cutoff=0.5)
+    if close:
+        hint = f"closest valid names: {', '.join(close)}"
+    else:
+        hint = f"valid names include {', '.join(valid[:8])}, ..."
+    raise ValueError(f"unknown Atari game {name!r}; {hint} ({len(valid)} games ship with ale-py)")
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariConfig:
+    """How to build and preprocess one game; picklable, and called with a seed it makes an env.
+
+    Attributes:
+        game: ale-py game id or CamelCase name (`pong`, `SpaceInvaders`).
+        frame_skip: emulator frames per agent step; the action repeats, rewards add up.
+        max_pool: observe the max over the last two frames of a skip (removes sprite flicker).
+        crop_top: screen rows dropped at the top before resizing.
+        crop_bottom: screen rows dropped at the bottom before resizing.
+        height: observation height after an area resize of the cropped screen.
+        width: observation width after an area resize of the cropped screen.
+        stack: frames per observation, the last axis, oldest first, zeros at an episode start.
+        noop_max: a game starts with a uniform 1..noop_max no-op emulator frames (0: none).
+        fire_on_reset: press FIRE at a game start and after a lost life (games that need it).
+        episodic_life: a lost life ends the learning episode (terminated) but not the game.
+        clip_rewards: learning rewards are sign(reward); the raw score is kept for statistics.
+        sticky_action_prob: probability that the emulator repeats the previous action per frame.
+        full_action_set: all 18 actions instead of the game's minimal set.
+        max_agent_steps: a game is truncated (bootstrapped) after this many agent steps.
+    """
+
+    game: str = "pong"
+    frame_skip: int = 4
+    max_pool: bool = True
+    crop_top: int = 1
+    crop_bottom: int = 1
+    height: int = 104
+    width: int = 80
+    stack: int = 4
+    noop_max: int = 30
+    fire_on_reset: bool = False
+    episodic_life: bool = True
+    clip_rewards: bool = True
+    sticky_action_prob: float = 0.0
+    full_action_set: bool = False
+    max_agent_steps: int = 27_000
+
+    def __post_init__(self):
+        object.__setattr__(self, "game", canonical_game(self.game))
+        for field in ("frame_skip", "height", "width", "stack", "max_agent_steps"):
+            if getattr(self, field) <= 0:
+                raise ValueError(
+                    f"AtariConfig.{field} must be positive, got {getattr(self, field)}"
+                )
+        if (
+            self.crop_top < 0
+            or self.crop_bottom < 0
+            or self.crop_top + self.crop_bottom >= SCREEN_HEIGHT
+        ):
+            raise ValueError(f"crop rows must be >= 0 and leave some of the {SCREEN_HEIGHT} rows")
+        if not 0.0 <= self.sticky_action_prob <= 1.0:
+            raise ValueError(f"sticky_action_prob must be in [0, 1], got {self.sticky_action_prob}")
+        if self.max_pool and self.frame_skip < 2:
+            raise ValueError(
+                "max_pool takes the max over the last two frames of a skip: frame_skip >= 2"
+            )
+        if self.noop_max < 0:
+            raise ValueError(f"noop_max must be >= 0, got {self.noop_max}")
+
+    @classmethod
+    def nature(cls, game: str = "pong", **overrides) -> AtariConfig:
+        """The Nature-DQN preprocessing: no crop, 84x84."""
+        settings = dict(game=game, crop_top=0, crop_bottom=0, height=84, width=84)
+        settings.update(overrides)
+        return cls(**settings)
+
+    def evaluation(self) -> AtariConfig:
+        """The same game for evaluation: full games, raw rewards."""
+        return dataclasses.replace(self, episodic_life=False, clip_rewards=False)
+
+    @property
+    def observation_spec(self) -> ArraySpec:
+        return ArraySpec((self.height, self.width, self.stack), np.dtype(np.uint8))
+
+    def describe(self) -> dict:
+        """Everything a client needs to reproduce the observations, for tfaccel_policy.json."""
+        return dict(dataclasses.asdict(self), action_names=AtariEnv(self, seed=0).action_names)
+
+    def __call__(self, seed: int) -> AtariEnv:
+        return AtariEnv(self, seed)
+
+
+class AtariEnv:
+    """One ALE game behind the `tfaccel.types.Env` protocol.
+
+    `reset()` after a lost life (episodic life) continues the same game; after a game over or the
+    time limit it starts a new game. Observations are the env's own buffer, overwritten by the next
+    `step` or `reset`: copy what you keep.
+    """
+
+    def __init__(self, config: AtariConfig, seed: int):
+        self.config = config
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+        self._ale = ale = ale_py.ALEInterface()
+        ale.setInt("random_seed", int(seed) % (2**31 - 1))
+        ale.setFloat("repeat_action_probability", float(config.sticky_action_prob))
+        ale.setInt("frame_skip", 1)
+        ale.loadROM(roms.get_rom_path(config.game))
+        actions = ale.getLegalActionSet() if config.full_action_set else ale.getMinimalActionSet()
+        self._actions = list(actions)
+        self.action_names = [action.name for action in self._actions]
+        self._fire = ale_py.Action.FIRE if ale_py.Action.FIRE in self._actions else None
+        self.spec = EnvSpec(config.observation_spec, len(self._actions))
+        self._rng = np.random.default_rng(seed)
+        self._screens = np.zeros((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8)
+        self._rows = slice(config.crop_top, SCREEN_HEIGHT - config.crop_bottom)
+        cropped = (SCREEN_HEIGHT - config.crop_top - config.crop_bottom, SCREEN_WIDTH)
+        self._resize = Resizer(cropped, (config.height, config.width))
+        self._stack = FrameStack(config.height, config.width, config.stack)
+        self._lives = 0
+        self._new_game = True
+        self._game_return = 0.0
+        self._game_length = 0
+
+    @property
+    def game_over(self) -> bool:
+        return self._new_game
+
+    @property
+    def game_return(self) -> float:
+        return self._game_return
+
+    @property
+    def game_length(self) -> int:
+        return self._game_length
+
+    def reset(self) -> np.ndarray:
+        ale = self._ale
+        if self._new_game:
+            ale.reset_game()
+            self._game_return, self._game_length = 0.0, 0
+            noops = self._rng.integers(1, self.config.noop_max + 1) if self.config.noop_max else 0
+            for _ in range(noops):
+                ale.act(ale_py.Action.NOOP)
+                if ale.game_over():
+                    ale.reset_game()
+            self._new_game = False
+        if self.config.fire_on_reset and self._fire is not None:
+            self._game_return += ale.act(self._fire)
+        self._lives = ale.lives()
+        ale.getScreenGrayscale(self._screens[1])
+        self._screens[0] = self._screens[1]
+        self._stack.clear()
+        return self._observe()
+
+    def step(self, action: int) -> StepResult:
+        ale, screens, skip = self._ale, self._screens, self.config.frame_skip
+        ale_action = self._actions[action]
+        reward = 0.0
+        for i in range(skip):
+            reward += ale.act(ale_action)
+            if ale.game_over():
+                ale.getScreenGrayscale(screens[1])
+                screens[0] = screens[1]
+                break
+            if i >= skip - 2:
+                ale.getScreenGrayscale(screens[i - skip + 2])
+        self._game_return += reward
+        self._game_length += 1
+        lives = ale.lives()
+        game_over = ale.game_over()
+        terminated = game_over or (self.config.episodic_life and lives < self._lives)
+        time_up = self._game_length >= self.config.max_agent_steps
+        truncated = time_up and not terminated
+        self._lives = lives
+        self._new_game = game_over or time_up
+        if self.config.clip_rewards:
+            reward = float(np.sign(reward))
+        return StepResult(self._observe(), reward, terminated, truncated)
+
+    def _observe(self) -> np.ndarray:
+        screens = self._screens
+        if self.config.max_pool:
+            np.maximum(screens[0], screens[1], out=screens[0])
+            frame = screens[0]
+        else:
+            frame = screens[1]
+        return self._stack.push(self._resize(frame[self._rows]))
+
+    def close(self) -> None:
+        self._ale = None

@@ -1,0 +1,87 @@
+"""The data vocabulary shared by environments, the pool and (later) the learner.
+
+Environment-side types are numpy only: worker processes import this module and never TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+
+class ArraySpec(NamedTuple):
+    """Shape and dtype of one array (without a batch dimension)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+class EnvSpec(NamedTuple):
+    """What a learner needs to know about an environment: observations and a discrete action set."""
+
+    observation: ArraySpec
+    num_actions: int
+
+
+class StepResult(NamedTuple):
+    """One environment step, as returned by `Env.step`.
+
+    `terminated` ends the learning episode with no bootstrap (a lost game or, with episodic life, a
+    lost life); `truncated` ends it with a bootstrap from `observation` (the time limit).
+    """
+
+    observation: np.ndarray  # [H, W, C], the observation after the step
+    reward: float  # the learning reward (sign-clipped where the env is configured so)
+    terminated: bool
+    truncated: bool
+
+
+class Env(Protocol):
+    """The environment protocol of the pool. Numpy only; one instance per simulator.
+
+    After `step` returns terminated or truncated, the caller calls `reset` before the next `step`.
+    `game_over` tells whether the step ended a full game (all lives, or the time limit); then
+    `game_return` (raw, unclipped score) and `game_length` (agent steps) describe that game, until
+    the next `reset`.
+    """
+
+    spec: EnvSpec
+
+    def reset(self) -> np.ndarray: ...
+
+    def step(self, action: int) -> StepResult: ...
+
+    @property
+    def game_over(self) -> bool: ...
+
+    @property
+    def game_return(self) -> float: ...
+
+    @property
+    def game_length(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class PoolStep(NamedTuple):
+    """What a pool returns for a group of B envs after a step (views into the pool's buffers).
+
+    Convention (same-step auto-reset): `observation` is what the next action acts on. Where
+    `terminated | truncated`, the step ended the learning episode, the env was reset inside the
+    worker, `observation` is the first observation of the next episode, and `final_observation`
+    holds the last observation of the ended one (for the bootstrap of a truncated episode).
+    `game_over` marks the steps that ended a full game (all lives, or the time limit); there
+    `game_return` (raw score) and `game_length` (agent steps) describe that game. Fields are only
+    meaningful where their flag is set. The arrays are overwritten by the group's next step: copy
+    what you keep.
+    """
+
+    observation: np.ndarray  # [B, H, W, C]
+    reward: np.ndarray  # [B] float32, the learning reward
+    terminated: np.ndarray  # [B] bool
+    truncated: np.ndarray  # [B] bool
+    final_observation: np.ndarray  # [B, H, W, C], where terminated | truncated
+    game_over: np.ndarray  # [B] bool
+    game_return: np.ndarray  # [B] float64, where game_over
+    game_length: np.ndarray  # [B] int64, where game_over
