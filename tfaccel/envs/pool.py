@@ -176,8 +176,25 @@ def _unmap(block: mmap.mmap) -> None:
         block.close()
 
 
-def _layout(num_workers: int, envs_per_worker: int, num_groups: int) -> list[list[list[int]]]:
-    """indices[w][g]: the pool indices of worker w's envs in group g (each group contiguous)."""
+def _layout(
+    num_workers: int, envs_per_worker: int, num_groups: int, split_workers: bool
+) -> list[list[list[int]]]:
+    """indices[w][g]: the pool indices of worker w's envs in group g (each group contiguous).
+
+    Groups inside workers (default): every worker holds envs_per_worker / num_groups envs of each
+    group. Groups split by worker: the first W / num_groups workers hold group 0, the rest group 1.
+    """
+    if split_workers:
+        per_group = num_workers // num_groups
+        return [
+            [
+                list(range(w * envs_per_worker, (w + 1) * envs_per_worker))
+                if w // per_group == g
+                else []
+                for g in range(num_groups)
+            ]
+            for w in range(num_workers)
+        ]
     per_group = envs_per_worker // num_groups
     group_size = num_workers * per_group
     return [
@@ -329,6 +346,11 @@ class EnvPool:
         seed: seeds every env (see `env_seeds`); the same seed gives the same trajectories.
         start_method: "forkserver" (default: fast starts, nothing inherited) or "spawn".
         cpu_affinity: cores to pin workers to, worker w on `cpu_affinity[w % len]` (None: no pin).
+        split_groups_by_worker: with two groups, give each worker envs of one group only (W even),
+            so a core alternates between stepping its group and inferring for it; by default every
+            worker holds envs of both groups.
+        worker_niceness: added to the workers' nice value, so the caller's inference and learning
+            (the serial path every env waits on) win the cores when they need them.
         timeout: seconds a worker may take for one command before it is declared hung.
     """
 
@@ -342,26 +364,36 @@ class EnvPool:
         seed: int = 0,
         start_method: str = "forkserver",
         cpu_affinity: Sequence[int] | None = None,
+        split_groups_by_worker: bool = False,
+        worker_niceness: int = 0,
         timeout: float = 120.0,
     ):
         if num_workers <= 0 or envs_per_worker <= 0:
             raise ValueError(
                 f"num_workers and envs_per_worker must be positive, got {num_workers}, {envs_per_worker}"
             )
-        if envs_per_worker % num_groups:
+        if split_groups_by_worker and num_workers % num_groups:
+            raise ValueError(
+                f"num_workers ({num_workers}) must split evenly into {num_groups} groups"
+            )
+        if not split_groups_by_worker and envs_per_worker % num_groups:
             raise ValueError(
                 f"envs_per_worker ({envs_per_worker}) must split evenly into {num_groups} groups"
             )
         self.num_envs = num_workers * envs_per_worker
         _check_sizes(self.num_envs, num_groups)
         self.num_workers, self.envs_per_worker, self.timeout = num_workers, envs_per_worker, timeout
+        self._niceness = worker_niceness
         self.seeds = env_seeds(seed, self.num_envs)
         probe = env_factory(self.seeds[0])
         self.spec = probe.spec
         probe.close()
         self._queue = _GroupQueue(self.spec, self.num_envs, num_groups)
         self.num_groups, self.group_size = num_groups, self._queue.group_size
-        self._indices = _layout(num_workers, envs_per_worker, num_groups)
+        self._indices = _layout(num_workers, envs_per_worker, num_groups, split_groups_by_worker)
+        self._group_workers = [
+            [w for w in range(num_workers) if self._indices[w][g]] for g in range(num_groups)
+        ]
         self._closed = False
         self._processes: list[mp.Process] = []
         self._commands: list = []
@@ -413,6 +445,7 @@ class EnvPool:
                         command_read,
                         reply_write,
                         core,
+                        self._niceness,
                     ),
                     daemon=True,
                 )
@@ -494,14 +527,14 @@ class EnvPool:
         self._check_open()
         rows = self._queue.rows(group)
         self.buffers.action[rows] = self._queue.check_actions(actions, group)
-        self._command(group, range(self.num_workers))
+        self._command(group, self._group_workers[group])
         self._queue.pending.append(group)
 
     def recv(self, group: int = 0) -> PoolStep:
         """Waits until `group`'s envs have stepped; returns views of the group's results."""
         self._check_open()
         self._queue.pop(group)
-        self._wait(range(self.num_workers), f"stepping group {group}")
+        self._wait(self._group_workers[group], f"stepping group {group}")
         return self.buffers.view(self._queue.rows(group))
 
     def step(self, actions) -> PoolStep:
@@ -584,7 +617,7 @@ def _set_process_name(name: str) -> None:
 
 
 def _worker(
-    index, env_factory, seeds, indices, spec, num_envs, shm_path, commands, replies, core
+    index, env_factory, seeds, indices, spec, num_envs, shm_path, commands, replies, core, niceness
 ) -> None:
     """A worker's life: attach, build envs, then one command byte in, one reply byte out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -592,6 +625,8 @@ def _worker(
     command_fd, reply_fd = commands.fileno(), replies.fileno()
     shm = None
     try:
+        if niceness:
+            os.nice(niceness)
         if core is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {core})
         shm = _map(shm_path, Buffers.plan(spec, num_envs)[1], create=False)

@@ -1,0 +1,1 @@
+"""Throughput measurements behind `bin/bench_sampler` (see ../shared/BENCHMARKS.md)."""

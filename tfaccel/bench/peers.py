@@ -1,0 +1,105 @@
+"""The samplers a user would otherwise pick, stepped with random actions on the same game.
+
+Each `*_sps` function returns agent steps per second summed over all envs, measured after a
+warm-up, or raises ImportError when the peer is not installed (the caller leaves it out).
+Observations are 104x80 with 4 stacked frames wherever the peer allows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def timed(step: Callable[[], int], seconds: float, warmup: float = 1.0) -> float:
+    """Calls `step` (which returns how many agent steps it took) for `seconds` after `warmup`."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < warmup:
+        step()
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        steps += step()
+    return steps / elapsed
+
+
+def gymnasium_async_sps(game: str, num_envs: int, seconds: float) -> float:
+    """gymnasium AsyncVectorEnv over AtariPreprocessing + FrameStackObservation (a pipe per env)."""
+    import ale_py
+    import gymnasium as gym
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    gym.register_envs(ale_py)
+    env_id = "ALE/" + "".join(part.capitalize() for part in game.split("_")) + "-v5"
+
+    def make():
+        env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0)
+        return FrameStackObservation(AtariPreprocessing(env, screen_size=(80, 104)), 4)
+
+    envs = gym.vector.AsyncVectorEnv([make] * num_envs)
+    try:
+        envs.reset(seed=0)
+        rng = np.random.default_rng(0)
+        n = envs.single_action_space.n
+
+        def step():
+            envs.step(rng.integers(0, n, num_envs))
+            return num_envs
+
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
+def ale_vector_sps(game: str, num_envs: int, seconds: float) -> float:
+    """ale-py's AtariVectorEnv: C++ threads, preprocessing in C++ (resize with OpenCV)."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    envs = AtariVectorEnv(game=game, num_envs=num_envs, img_height=104, img_width=80, stack_num=4)
+    try:
+        envs.reset(seed=0)
+        rng = np.random.default_rng(0)
+        n = envs.single_action_space.n
+
+        def step():
+            envs.step(rng.integers(0, n, num_envs))
+            return num_envs
+
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
+def tf_agents_parallel_sps(game: str, num_envs: int, seconds: float) -> float:
+    """tf-agents ParallelPyEnvironment (a process and a pipe per env) over tfaccel's Atari env."""
+    from tfaccel.bench import tf_agents_peer  # imports tf-agents; raises ImportError without it
+
+    # isort: split
+    from tf_agents.environments import parallel_py_environment
+    from tf_agents.system import system_multiprocessing
+
+    with contextlib.suppress(ValueError):  # ValueError: its context was set up already
+        system_multiprocessing.enable_interactive_mode()
+    constructors = [tf_agents_peer.constructor(game, seed) for seed in range(num_envs)]
+    envs = parallel_py_environment.ParallelPyEnvironment(constructors, start_serially=False)
+    try:
+        envs.reset()
+        rng = np.random.default_rng(0)
+        n = int(envs.action_spec().maximum) + 1
+
+        def step():
+            envs.step(rng.integers(0, n, num_envs).astype(np.int32))
+            return num_envs
+
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
+PEERS = {
+    "gymnasium_async": gymnasium_async_sps,
+    "ale_py_vector": ale_vector_sps,
+    "tf_agents_parallel": tf_agents_parallel_sps,
+}

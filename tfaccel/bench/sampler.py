@@ -1,0 +1,236 @@
+"""Sampler throughput: the limit of the machine, tfaccel's pool, and the peers, in one run.
+
+What is counted (../shared/BENCHMARKS.md): agent steps per second summed over all envs, after a
+warm-up that excludes process start and tracing, with the preprocessing used in training.
+
+- The limit: one process stepping one env with random actions, times the number of cores.
+- The pool with random actions (`inference="none"`, alternating groups keep workers busy), with
+  one batched policy call per step (`synchronous`), and with two groups whose inference hides
+  behind the other group's simulation (`alternating`).
+- The peers (`tfaccel.bench.peers`), each left out when it is not installed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tfaccel.bench.peers import PEERS, timed
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.pool import EnvPool
+
+INFERENCE_KINDS = ("none", "synchronous", "alternating")
+
+
+def raw_single_process_sps(config: AtariConfig, seconds: float) -> float:
+    """One env in this process, random actions, the same preprocessing as training."""
+    env = config(seed=0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, env.spec.num_actions, 1 << 16)
+    counter = [0]
+
+    def step():
+        counter[0] += 1
+        result = env.step(int(actions[counter[0] & 0xFFFF]))
+        if result.terminated or result.truncated:
+            env.reset()
+        return 1
+
+    return timed(step, seconds)
+
+
+def make_policy(spec, batch_size: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The paper's policy-gradient network as one compiled call: uint8 [B, H, W, C] -> actions [B]."""
+    import tensorflow as tf
+
+    from tfaccel.networks import PolicyValueNetwork
+
+    network = PolicyValueNetwork(spec)
+    signature = [tf.TensorSpec([batch_size, *spec.observation.shape], tf.uint8)]
+
+    @tf.function(input_signature=signature)
+    def act(observation):
+        logits, _ = network(observation)  # [B, A]
+        return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]  # [B]
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        return act(observation).numpy()
+
+    policy(np.zeros((batch_size, *spec.observation.shape), np.uint8))  # trace outside the timing
+    return policy
+
+
+def pool_sps(
+    config: AtariConfig, workers: int, envs_per_worker: int, inference: str, seconds: float
+) -> float:
+    """Steps an `EnvPool`; actions are random (`none`) or come from the batched policy."""
+    if inference not in INFERENCE_KINDS:
+        raise ValueError(f"inference must be one of {INFERENCE_KINDS}, got {inference!r}")
+    groups = 1 if inference == "synchronous" else 2
+    with EnvPool(config, workers, envs_per_worker, num_groups=groups, seed=0) as pool:
+        rng = np.random.default_rng(0)
+        if inference == "none":
+            table = rng.integers(0, pool.spec.num_actions, (64, pool.group_size)).astype(np.int32)
+            policy = lambda observation: table[rng.integers(64)]  # noqa: E731
+        else:
+            policy = make_policy(pool.spec, pool.group_size)
+        pool.reset()
+        for group in range(groups):
+            pool.send(policy(pool.view(group).observation), group)
+
+        def step():
+            for group in range(groups):
+                pool.send(policy(pool.recv(group).observation), group)
+            return pool.num_envs
+
+        sps = timed(step, seconds)
+        for group in range(groups):
+            pool.recv(group)
+    return sps
+
+
+def git_revision() -> str:
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def run(
+    game: str,
+    seconds: float,
+    pool_layouts: Sequence[tuple[int, int]],
+    inference_layouts: Sequence[tuple[int, int]],
+    peer_envs: Sequence[int],
+    peers: Sequence[str] = tuple(PEERS),
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Measures everything in one run and returns the JSON of BENCHMARKS.md."""
+    config = AtariConfig(game=game)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    raw = raw_single_process_sps(config, seconds)
+    log(f"raw single process: {raw:,.0f} steps/s; limit for {cpus} cores: {raw * cpus:,.0f}")
+    result = {
+        "game": config.game,
+        "obs_shape": list(config.observation_spec.shape),
+        "cpus": cpus,
+        "seconds": seconds,
+        "raw_single_process_sps": raw,
+        "raw_limit_sps": raw * cpus,
+        "results": [],
+        "peers": [],
+        "command": " ".join(sys.argv),
+        "git_revision": git_revision(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    # Peers and random-action pools before TensorFlow is imported, so that nothing of it runs.
+    for workers, per_worker in pool_layouts:
+        _add_row(
+            result,
+            log,
+            workers,
+            per_worker,
+            "none",
+            pool_sps(config, workers, per_worker, "none", seconds),
+        )
+    for name in peers:
+        for envs in peer_envs:
+            try:
+                sps = PEERS[name](config.game, envs, seconds)
+            except ImportError as error:
+                log(f"{name}: not installed ({error}); left out")
+                break
+            result["peers"].append({"sampler": name, "envs": envs, "inference": "none", "sps": sps})
+            log(
+                f"{name:>20} {envs:>4} envs   none         {sps:>8,.0f}  {sps / result['raw_limit_sps']:.2f} x limit"
+            )
+    for workers, per_worker in inference_layouts:
+        for kind in ("synchronous", "alternating"):
+            _add_row(
+                result,
+                log,
+                workers,
+                per_worker,
+                kind,
+                pool_sps(config, workers, per_worker, kind, seconds),
+            )
+    return result
+
+
+def _add_row(result, log, workers, per_worker, inference, sps) -> None:
+    result["results"].append(
+        {
+            "sampler": "tfaccel",
+            "workers": workers,
+            "envs_per_worker": per_worker,
+            "envs": workers * per_worker,
+            "inference": inference,
+            "sps": sps,
+        }
+    )
+    log(
+        f"{'tfaccel':>20} {workers * per_worker:>4} envs   {inference:<12} {sps:>8,.0f}  "
+        f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker})"
+    )
+
+
+def summary(result: dict) -> dict:
+    """The target ratios of issue 2 from one run's JSON."""
+    limit = result["raw_limit_sps"]
+    best_none = max((r["sps"] for r in result["results"] if r["inference"] == "none"), default=0.0)
+    best_policy = max(
+        (r["sps"] for r in result["results"] if r["inference"] != "none"), default=0.0
+    )
+    ratios = {
+        "best_random_over_limit": best_none / limit,
+        "best_inference_over_limit": best_policy / limit,
+    }
+    for name in PEERS:
+        peer = [p["sps"] for p in result["peers"] if p["sampler"] == name]
+        if peer:
+            ratios[f"best_random_over_{name}"] = best_none / max(peer)
+    return ratios
+
+
+def plot(result: dict, path: str) -> None:
+    """Samples/s against the number of envs: the paper's Figure 1 at our scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    series = {}
+    for row in result["results"]:
+        label = f"tfaccel, {row['inference']} ({row['workers']} workers)"
+        series.setdefault(label, []).append((row["envs"], row["sps"]))
+    for row in result["peers"]:
+        series.setdefault(row["sampler"], []).append((row["envs"], row["sps"]))
+    for label, points in sorted(series.items()):
+        points.sort()
+        style = "-o" if label.startswith("tfaccel") else "--s"
+        axes.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
+    axes.axhline(
+        result["raw_limit_sps"], color="black", linestyle=":", label="limit (1 process x cores)"
+    )
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("environments")
+    axes.set_ylabel("agent steps per second")
+    axes.set_title(
+        f"{result['game']} {'x'.join(map(str, result['obs_shape']))}, {result['cpus']} cores"
+    )
+    axes.legend(fontsize=7)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
