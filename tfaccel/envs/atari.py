@@ -22,7 +22,7 @@ import ale_py
 import numpy as np
 from ale_py import roms
 
-from tfaccel.envs.frames import FrameStack, Resizer
+from tfaccel.envs.frames import FrameStack, Resizer, scratch
 from tfaccel.types import ArraySpec, EnvSpec, StepResult
 
 SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
@@ -160,7 +160,7 @@ class AtariEnv:
         self._fire = ale_py.Action.FIRE if ale_py.Action.FIRE in self._actions else None
         self.spec = EnvSpec(config.observation_spec, len(self._actions))
         self._rng = np.random.default_rng(seed)
-        self._screens = np.zeros((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8)
+        self._screens = scratch((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8, "atari-screens")
         self._rows = slice(config.crop_top, SCREEN_HEIGHT - config.crop_bottom)
         cropped = (SCREEN_HEIGHT - config.crop_top - config.crop_bottom, SCREEN_WIDTH)
         self._resize = Resizer(cropped, (config.height, config.width))

@@ -44,11 +44,12 @@ class Resizer:
         self.identity = (h, w) == (height, width)
         self._rows = area_matrix(h, height)
         self._cols = area_matrix(w, width).T.copy()
-        self._pair_rows = np.empty((height, w), np.uint16)
-        self._out = np.empty((height, width), np.uint16)
+        self._pair_rows = scratch((height, w), np.uint16, "resize-rows")
+        self._out = scratch((height, width), np.uint16, "resize-out")
+        self._frame = scratch((height, width), np.uint8, "resize-frame")
 
     def __call__(self, frame: np.ndarray) -> np.ndarray:
-        """Returns the resized frame; the array is reused by the next call."""
+        """Returns the resized frame; the array is reused by the next call (of any Resizer)."""
         if self.identity:
             return frame
         if self.halves:
@@ -58,9 +59,26 @@ class Resizer:
             np.add(rows[:, 0::2], rows[:, 1::2], out=out)  # [H, W] sums of 2x2 blocks
             out += 2
             out >>= 2
-            return out.astype(np.uint8)
+            np.copyto(self._frame, out, casting="unsafe")
+            return self._frame
         resized = self._rows @ frame.astype(np.float32) @ self._cols  # [H, W]
         return np.floor(resized + 0.5).astype(np.uint8)
+
+
+_SCRATCH: dict[tuple, np.ndarray] = {}
+
+
+def scratch(shape: tuple[int, ...], dtype, tag: str = "") -> np.ndarray:
+    """A work array shared by every caller in this process that asks for the same shape and tag.
+
+    The envs of a worker run one after another and consume their work arrays within one call, so
+    they can share them: 16 envs per worker then touch 16 stacks, not 16 sets of work buffers,
+    which keeps a worker's working set in cache. Not for use across threads.
+    """
+    key = (tuple(shape), np.dtype(dtype).str, tag)
+    if key not in _SCRATCH:
+        _SCRATCH[key] = np.zeros(shape, dtype)
+    return _SCRATCH[key]
 
 
 class FrameStack:
@@ -75,7 +93,7 @@ class FrameStack:
         self._words = None
         if depth == 4 and sys.byteorder == "little":
             self._words = self.array.view(np.uint32).reshape(height, width)
-            self._incoming = np.empty((height, width), np.uint32)
+            self._incoming = scratch((height, width), np.uint32, "stack-incoming")
 
     def clear(self) -> None:
         self.array.fill(0)

@@ -1,0 +1,66 @@
+"""The real bin/ entry points: artifacts, and one clear line for user errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_bench_sampler_writes_json_and_plot(tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    result = run(
+        "bin/bench_sampler",
+        "--seconds=0.5",
+        "--layouts=1x2,2x2",
+        "--inference_layouts=1x2",
+        "--peer_envs=2",
+        "--peers=ale_py_vector",
+        f"--json={out}",
+        f"--plot={png}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["game"] == "pong" and data["obs_shape"] == [104, 80, 4]
+    assert data["raw_limit_sps"] == pytest.approx(data["raw_single_process_sps"] * data["cpus"])
+    kinds = [(r["envs"], r["inference"]) for r in data["results"]]
+    assert kinds == [(2, "none"), (4, "none"), (2, "synchronous"), (2, "alternating")]
+    assert all(r["sps"] > 0 for r in data["results"] + data["peers"])
+    assert [p["sampler"] for p in data["peers"]] == ["ale_py_vector"]
+    assert data["git_revision"] and data["command"].startswith("bin/bench_sampler")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "best_random_over_limit" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["bin/bench_sampler", "--game=pongg"],
+            "unknown Atari game 'pongg'; closest valid names: pong",
+        ),
+        (["bin/bench_sampler", "--layouts=2by8"], "layout '2by8' is not WORKERSxENVS_PER_WORKER"),
+        (["bin/bench_sampler", "--peers=rlpyt"], "unknown peers ['rlpyt']"),
+        (["bin/pool_demo", "--game=Pongg"], "unknown Atari game 'Pongg'"),
+    ],
+)
+def test_user_errors_end_with_one_line(args, message):
+    result = run(*args, "--seconds=0.1", timeout=120)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_pool_demo_runs_and_reports():
+    result = run("bin/pool_demo", "--seconds=1", "--workers=2", "--envs_per_worker=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "4 pong envs in 2 workers" in result.stdout and "agent steps/s" in result.stdout
