@@ -310,3 +310,23 @@ def test_thirty_two_env_atari_pool_starts_fast():
         pool.reset()
         elapsed = time.monotonic() - start
     assert elapsed < 5.0, f"32-env pool took {elapsed:.1f} s to start"
+
+
+def test_workers_can_be_pinned_and_niced():
+    with EnvPool(ScriptedConfig(), 2, 1, cpu_affinity=[0], worker_niceness=3) as pool:
+        pool.reset()
+        for pid in pool.pids:
+            assert os.sched_getaffinity(pid) == {0}
+            assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 3
+
+
+def test_groups_split_by_worker_equal_serial():
+    config = ScriptedConfig(life_length=3)
+    with (
+        EnvPool(config, 2, 3, num_groups=2, split_groups_by_worker=True) as pool,
+        SerialPool(config, 6, num_groups=2) as serial,
+    ):
+        assert_steps_equal(pool.reset(), serial.reset())
+        for t in range(12):
+            actions = np.full(6, t % 3)
+            assert_steps_equal(pool.step(actions), serial.step(actions))

@@ -16,6 +16,7 @@ import datetime
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -73,8 +74,13 @@ def pool_sps(
     inference: str,
     seconds: float,
     worker_niceness: int = 0,
-) -> float:
-    """Steps an `EnvPool`; actions are random (`none`) or come from the batched policy."""
+) -> dict:
+    """Steps an `EnvPool`; actions are random (`none`) or come from the batched policy.
+
+    Returns `sps` and where the time went, per agent step: the caller's CPU (`caller_cpu_us`),
+    the workers' CPU (`workers_cpu_us`), and the caller's wall time in `recv` (`wait_us`) and in
+    the policy (`policy_us`).
+    """
     if inference not in INFERENCE_KINDS:
         raise ValueError(f"inference must be one of {INFERENCE_KINDS}, got {inference!r}")
     groups = 1 if inference == "synchronous" else 2
@@ -91,15 +97,47 @@ def pool_sps(
         for group in range(groups):
             pool.send(policy(pool.view(group).observation), group)
 
+        clock = {"wait": 0.0, "policy": 0.0}
+
         def step():
             for group in range(groups):
-                pool.send(policy(pool.recv(group).observation), group)
+                start = time.perf_counter()
+                observation = pool.recv(group).observation
+                middle = time.perf_counter()
+                actions = policy(observation)
+                clock["wait"] += middle - start
+                clock["policy"] += time.perf_counter() - middle
+                pool.send(actions, group)
             return pool.num_envs
 
-        sps = timed(step, seconds)
+        timed(step, 0.0, warmup=1.0)
+        clock.update(wait=0.0, policy=0.0)
+        caller_cpu, workers_cpu = time.process_time(), _cpu_seconds(pool.pids)
+        sps = timed(step, seconds, warmup=0.0)
+        steps = sps * seconds
+        row = {
+            "sps": sps,
+            "caller_cpu_us": (time.process_time() - caller_cpu) / steps * 1e6,
+            "workers_cpu_us": (_cpu_seconds(pool.pids) - workers_cpu) / steps * 1e6,
+            "wait_us": clock["wait"] / steps * 1e6,
+            "policy_us": clock["policy"] / steps * 1e6,
+        }
         for group in range(groups):
             pool.recv(group)
-    return sps
+    return row
+
+
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds of processes, from /proc (0 where /proc is missing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
 
 
 def git_revision() -> str:
@@ -173,8 +211,8 @@ def run(
             )
     for workers, per_worker in inference_layouts:
         for kind in ("synchronous", "alternating"):
-            sps = pool_sps(config, workers, per_worker, kind, seconds, worker_niceness)
-            _add_row(result, log, workers, per_worker, kind, sps)
+            row = pool_sps(config, workers, per_worker, kind, seconds, worker_niceness)
+            _add_row(result, log, workers, per_worker, kind, row)
     _measure_limit_again(result, raws, config, seconds, cpus, log)
     return result
 
@@ -186,20 +224,22 @@ def _measure_limit_again(result, raws, config, seconds, cpus, log) -> None:
     log(f"raw single process again: {raws[-1]:,.0f} steps/s; median so far {raw:,.0f}")
 
 
-def _add_row(result, log, workers, per_worker, inference, sps) -> None:
-    result["results"].append(
-        {
-            "sampler": "tfaccel",
-            "workers": workers,
-            "envs_per_worker": per_worker,
-            "envs": workers * per_worker,
-            "inference": inference,
-            "sps": sps,
-        }
-    )
+def _add_row(result, log, workers, per_worker, inference, measured: dict) -> None:
+    sps = measured["sps"]
+    row = {
+        "sampler": "tfaccel",
+        "workers": workers,
+        "envs_per_worker": per_worker,
+        "envs": workers * per_worker,
+        "inference": inference,
+    }
+    row.update(measured)
+    result["results"].append(row)
     log(
         f"{'tfaccel':>20} {workers * per_worker:>4} envs   {inference:<12} {sps:>8,.0f}  "
-        f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker})"
+        f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker}; per step "
+        f"workers {row['workers_cpu_us']:.0f} us cpu, caller {row['caller_cpu_us']:.0f} us cpu, "
+        f"policy {row['policy_us']:.0f} us, wait {row['wait_us']:.0f} us)"
     )
 
 
