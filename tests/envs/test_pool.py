@@ -45,12 +45,14 @@ def assert_steps_equal(a, b):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
 
 
-@pytest.mark.parametrize("num_groups", [1, 2])
-def test_pool_equals_serial_loop_step_by_step(num_groups):
+@pytest.mark.parametrize(
+    "num_groups, start_method", [(1, "forkserver"), (2, "forkserver"), (2, "spawn")]
+)
+def test_pool_equals_serial_loop_step_by_step(num_groups, start_method):
     config = ScriptedConfig(life_length=7, lives=4, max_steps=23)
     rng = np.random.default_rng(0)
     with (
-        EnvPool(config, 2, 4, num_groups=num_groups, seed=11) as pool,
+        EnvPool(config, 2, 4, num_groups=num_groups, seed=11, start_method=start_method) as pool,
         SerialPool(config, 8, num_groups=num_groups, seed=11) as serial,
     ):
         assert pool.seeds == serial.seeds == env_seeds(11, 8)

@@ -46,6 +46,19 @@ def raw_single_process_sps(config: AtariConfig, seconds: float) -> float:
     return timed(step, seconds)
 
 
+def raw_parallel_sps(config: AtariConfig, seconds: float, processes: int) -> float:
+    """`processes` independent copies of the single-process loop at once, summed.
+
+    No pool and no communication: what the cores deliver together. On a machine whose cores
+    share caches, memory bandwidth or a physical core (SMT), this is below processes x single,
+    and it is the real ceiling of any parallel sampler there.
+    """
+    import multiprocessing
+
+    with multiprocessing.get_context("forkserver").Pool(processes) as workers:
+        return float(sum(workers.starmap(raw_single_process_sps, [(config, seconds)] * processes)))
+
+
 def make_policy(spec, batch_size: int) -> Callable[[np.ndarray], np.ndarray]:
     """The paper's policy-gradient network as one compiled call: uint8 [B, H, W, C] -> actions [B]."""
     import tensorflow as tf
@@ -172,6 +185,10 @@ def run(
     raws = [raw_single_process_sps(config, seconds)]
     raw = raws[0]
     log(f"raw single process: {raw:,.0f} steps/s; limit for {cpus} cores: {raw * cpus:,.0f}")
+    parallel = raw_parallel_sps(config, seconds, cpus)
+    log(
+        f"{cpus} raw processes at once: {parallel:,.0f} steps/s ({parallel / (raw * cpus):.2f} x limit)"
+    )
     result = {
         "game": config.game,
         "obs_shape": list(config.observation_spec.shape),
@@ -180,6 +197,8 @@ def run(
         "raw_single_process_sps": raw,
         "raw_limit_sps": raw * cpus,
         "raw_single_process_samples": raws,
+        "raw_parallel_sps": parallel,
+        "raw_parallel_samples": [parallel],
         "worker_niceness": worker_niceness,
         "results": [],
         "peers": [],
@@ -222,6 +241,12 @@ def _measure_limit_again(result, raws, config, seconds, cpus, log) -> None:
     raw = float(np.median(raws))
     result["raw_single_process_sps"], result["raw_limit_sps"] = raw, raw * cpus
     log(f"raw single process again: {raws[-1]:,.0f} steps/s; median so far {raw:,.0f}")
+    parallel = result.setdefault("raw_parallel_samples", [])
+    parallel.append(raw_parallel_sps(config, seconds, cpus))
+    result["raw_parallel_sps"] = float(np.median(parallel))
+    log(
+        f"{cpus} raw processes at once: {parallel[-1]:,.0f} steps/s ({parallel[-1] / (raw * cpus):.2f} x limit)"
+    )
 
 
 def _add_row(result, log, workers, per_worker, inference, measured: dict) -> None:
@@ -253,6 +278,9 @@ def summary(result: dict) -> dict:
     ratios = {
         "best_random_over_limit": best_none / limit,
         "best_inference_over_limit": best_policy / limit,
+        "parallel_raw_over_limit": result["raw_parallel_sps"] / limit,
+        "best_random_over_parallel_raw": best_none / result["raw_parallel_sps"],
+        "best_inference_over_parallel_raw": best_policy / result["raw_parallel_sps"],
     }
     for name in PEERS:
         peer = [p["sps"] for p in result["peers"] if p["sampler"] == name]
@@ -268,27 +296,37 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(10, 5))
     series = {}
     for row in result["results"]:
         label = f"tfaccel, {row['inference']} ({row['workers']} workers)"
         series.setdefault(label, []).append((row["envs"], row["sps"]))
     for row in result["peers"]:
         series.setdefault(row["sampler"], []).append((row["envs"], row["sps"]))
-    for label, points in sorted(series.items()):
+    colors = iter(plt.get_cmap("tab10").colors)
+    ordered = sorted(series.items(), key=lambda item: (not item[0].startswith("tfaccel"), item[0]))
+    for label, points in ordered:
         points.sort()
         style = "-o" if label.startswith("tfaccel") else "--s"
-        axes.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
+        axes.plot(*zip(*points, strict=True), style, label=label, color=next(colors))
     axes.axhline(
         result["raw_limit_sps"], color="black", linestyle=":", label="limit (1 process x cores)"
     )
+    if "raw_parallel_sps" in result:
+        axes.axhline(
+            result["raw_parallel_sps"],
+            color="gray",
+            linestyle="-.",
+            label="cores stepping at once, no pool",
+        )
     axes.set_xscale("log", base=2)
     axes.set_xlabel("environments")
     axes.set_ylabel("agent steps per second")
     axes.set_title(
         f"{result['game']} {'x'.join(map(str, result['obs_shape']))}, {result['cpus']} cores"
     )
-    axes.legend(fontsize=7)
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
