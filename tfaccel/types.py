@@ -5,6 +5,7 @@ Environment-side types are numpy only: worker processes import this module and n
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -37,29 +38,40 @@ class StepResult(NamedTuple):
     truncated: bool
 
 
+@dataclasses.dataclass
+class Game:
+    """The full game an env plays, or just ended: statistics are of whole games in raw score.
+
+    A learning episode can be shorter than a game (with episodic life, a lost life ends it), so
+    envs keep this record beside their learning rewards, which may be clipped.
+    """
+
+    over: bool = True  # the last step ended the game (all lives lost, or the time limit)
+    score: float = 0.0  # raw, unclipped score so far
+    length: int = 0  # agent steps so far
+
+    def start(self) -> None:
+        self.over, self.score, self.length = False, 0.0, 0
+
+    def record(self, raw_reward: float) -> None:
+        self.score += raw_reward
+        self.length += 1
+
+
 class Env(Protocol):
     """The environment protocol of the pool. Numpy only; one instance per simulator.
 
     After `step` returns terminated or truncated, the caller calls `reset` before the next `step`.
-    `game_over` tells whether the step ended a full game (all lives, or the time limit); then
-    `game_return` (raw, unclipped score) and `game_length` (agent steps) describe that game, until
-    the next `reset`.
+    `game` describes the current full game; where `game.over`, the step ended it and `game` keeps
+    its statistics until the next `reset`.
     """
 
     spec: EnvSpec
+    game: Game
 
     def reset(self) -> np.ndarray: ...
 
     def step(self, action: int) -> StepResult: ...
-
-    @property
-    def game_over(self) -> bool: ...
-
-    @property
-    def game_return(self) -> float: ...
-
-    @property
-    def game_length(self) -> int: ...
 
     def close(self) -> None: ...
 

@@ -130,12 +130,12 @@ def test_episodic_life_ends_learning_episode_not_game():
         result = env.step(0)  # NOOP: the ball is lost, life after life
         if result.terminated:
             life_ends += 1
-            if env.game_over:
+            if env.game.over:
                 break
-            assert env.game_length > 0
+            assert env.game.length > 0
             env.reset()
     assert life_ends == 5  # Breakout has five lives
-    assert env.game_over and env.game_return == raw
+    assert env.game.over and env.game.score == raw
 
 
 def test_clipped_rewards_keep_raw_score():
@@ -149,9 +149,9 @@ def test_clipped_rewards_keep_raw_score():
         if result.terminated or result.truncated:
             break
     assert result.truncated and not result.terminated  # Pong has no lives: only the time limit
-    assert env.game_over and env.game_length == 400
-    assert env.game_return == clipped  # Pong points are +-1, so clipping keeps them
-    assert env.game_return < 0
+    assert env.game.over and env.game.length == 400
+    assert env.game.score == clipped  # Pong points are +-1, so clipping keeps them
+    assert env.game.score < 0
 
 
 def test_truncation_at_time_limit_then_new_game():
@@ -160,7 +160,7 @@ def test_truncation_at_time_limit_then_new_game():
     flags = [env.step(0)[2:] for _ in range(5)]
     assert flags[:4] == [(False, False)] * 4 and flags[4] == (False, True)
     env.reset()
-    assert env.game_length == 0 and not env.game_over
+    assert env.game.length == 0 and not env.game.over
 
 
 def test_nature_preprocessing_shape_and_full_action_set():

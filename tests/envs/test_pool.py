@@ -332,3 +332,33 @@ def test_groups_split_by_worker_equal_serial():
         for t in range(12):
             actions = np.full(6, t % 3)
             assert_steps_equal(pool.step(actions), serial.step(actions))
+
+
+def test_factory_from_main_script_is_refused_with_a_reason():
+    code = textwrap.dedent(
+        """
+        import dataclasses, sys
+        from tfaccel.envs.pool import EnvPool
+        from tfaccel.envs.toy import ScriptedConfig
+
+        @dataclasses.dataclass(frozen=True)
+        class MyConfig:
+            def __call__(self, seed):
+                return ScriptedConfig()(seed)
+
+        def make(seed):
+            return ScriptedConfig()(seed)
+
+        for factory in (MyConfig(), make):
+            try:
+                EnvPool(factory, 1, 1)
+            except ValueError as error:
+                print("refused:", error)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.count("is defined in __main__, which pool workers do not import") == 2, (
+        out.stderr
+    )

@@ -1,6 +1,6 @@
 """The tf-agents adapter: tf-agents envs in the pool, and the pool as a batched tf-agents env.
 
-Worker processes import this module by name to build `ScriptedPyEnvironment`s, so everything they
+Worker processes import this module by name to build scripted tf-agents envs, so everything they
 need is defined at module level.
 """
 
@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 # The adapter sets TF_USE_LEGACY_KERAS, which tf_agents needs before its first import.
-from tfaccel.envs.tf_agents_adapter import PoolPyEnvironment, TFAgentsEnv, TFAgentsEnvConfig
+from tfaccel.envs.tf_agents_adapter import (
+    EnvPyEnvironment,
+    PoolPyEnvironment,
+    TFAgentsEnv,
+    TFAgentsEnvConfig,
+)
 
 # isort: split
 from tf_agents.drivers import py_driver
@@ -34,43 +39,13 @@ FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.Step
 # Lives of 3..5 steps (3 + seed % 3), two per game, games cut at 7 steps: a seed with seed % 3 == 0
 # ends both lives by termination (3 + 3 < 7), the others are truncated in their second life.
 SCRIPTED = ScriptedConfig(height=2, width=3, stack=2, life_length=3, lives=2, max_steps=7)
-ACTION_MINIMUM = 2  # ScriptedPyEnvironment's actions are 2, 3, 4: TFAgentsEnv must shift them
+ACTION_MINIMUM = 2  # make_scripted_py_env's actions are 2, 3, 4: TFAgentsEnv must shift them
 
 
-class ScriptedPyEnvironment(py_environment.PyEnvironment):
-    """`ScriptedEnv` written as a tf-agents env: a lost life is a termination, the time limit a
-    truncation (discount 1); a step after LAST resets (tf-agents' convention)."""
-
-    def __init__(self, seed: int):
-        super().__init__(handle_auto_reset=True)
-        self._env = SCRIPTED(seed)
-        shape = self._env.spec.observation.shape
-        self._observation_spec = array_spec.BoundedArraySpec(shape, np.uint8, 0, 255)
-        self._action_spec = array_spec.BoundedArraySpec(
-            (), np.int64, ACTION_MINIMUM, ACTION_MINIMUM + SCRIPTED.num_actions - 1
-        )
-
-    def observation_spec(self):
-        return self._observation_spec
-
-    def action_spec(self):
-        return self._action_spec
-
-    def _reset(self):
-        return ts.restart(self._env.reset().copy())
-
-    def _step(self, action):
-        result = self._env.step(int(action) - ACTION_MINIMUM)
-        observation = result.observation.copy()
-        if result.terminated:
-            return ts.termination(observation, result.reward)
-        if result.truncated:
-            return ts.truncation(observation, result.reward)
-        return ts.transition(observation, result.reward)
-
-
-def make_scripted_py_env(seed: int) -> ScriptedPyEnvironment:
-    return ScriptedPyEnvironment(seed)
+def make_scripted_py_env(seed: int) -> EnvPyEnvironment:
+    """`ScriptedEnv` as a tf-agents env: a lost life is a termination, the time limit a truncation
+    (discount 1); a step after LAST resets (tf-agents' convention); actions 2, 3, 4 (int64)."""
+    return EnvPyEnvironment(SCRIPTED(seed), action_minimum=ACTION_MINIMUM, action_dtype=np.int64)
 
 
 class ScriptedReference:

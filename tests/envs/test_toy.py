@@ -17,11 +17,11 @@ def test_scripted_env_numbers_by_hand():
     assert rewards == [0.0, 1.0, -1.0]  # ((t + 1) % 3) - 1 for t = 0, 1, 2
     assert flags == [(False, False), (False, False), (True, False)]
     np.testing.assert_array_equal(result.observation[0, 0], [37, 38, 39, 40])
-    assert not env.game_over  # one life left
+    assert not env.game.over  # one life left
     np.testing.assert_array_equal(env.reset()[0, 0], [0, 0, 0, 48])  # episode 1: 37 + 11
     second = [env.step(0).reward for _ in range(3)]
     assert second == [-1.0, 0.0, 1.0]  # ((t + 0) % 3) - 1
-    assert env.game_over and env.game_length == 6 and env.game_return == sum(rewards) + sum(second)
+    assert env.game.over and env.game.length == 6 and env.game.score == sum(rewards) + sum(second)
 
 
 def test_catch_is_won_by_following_the_ball():
@@ -33,4 +33,4 @@ def test_catch_is_won_by_following_the_ball():
         paddle = np.argwhere(obs[-1, :, -1] == 255)[0][0] // 4
         result = env.step(int(np.sign(ball - paddle)) + 1)
         obs, total = result.observation, total + result.reward
-    assert result.terminated and total == 1.0 and env.game_return == 1.0
+    assert result.terminated and total == 1.0 and env.game.score == 1.0

@@ -38,19 +38,7 @@ def gymnasium_async_sps(game: str, num_envs: int, seconds: float) -> float:
         env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0)
         return FrameStackObservation(AtariPreprocessing(env, screen_size=(80, 104)), 4)
 
-    envs = gym.vector.AsyncVectorEnv([make] * num_envs)
-    try:
-        envs.reset(seed=0)
-        rng = np.random.default_rng(0)
-        n = envs.single_action_space.n
-
-        def step():
-            envs.step(rng.integers(0, n, num_envs))
-            return num_envs
-
-        return timed(step, seconds)
-    finally:
-        envs.close()
+    return _random_actions_sps(gym.vector.AsyncVectorEnv([make] * num_envs), seconds)
 
 
 def ale_vector_sps(game: str, num_envs: int, seconds: float) -> float:
@@ -58,10 +46,15 @@ def ale_vector_sps(game: str, num_envs: int, seconds: float) -> float:
     from ale_py.vector_env import AtariVectorEnv
 
     envs = AtariVectorEnv(game=game, num_envs=num_envs, img_height=104, img_width=80, stack_num=4)
+    return _random_actions_sps(envs, seconds)
+
+
+def _random_actions_sps(envs, seconds: float) -> float:
+    """Steps a gymnasium vector env with random actions; closes it."""
     try:
         envs.reset(seed=0)
         rng = np.random.default_rng(0)
-        n = envs.single_action_space.n
+        num_envs, n = envs.num_envs, envs.single_action_space.n
 
         def step():
             envs.step(rng.integers(0, n, num_envs))

@@ -23,7 +23,7 @@ import numpy as np
 from ale_py import roms
 
 from tfaccel.envs.frames import FrameStack, Resizer, scratch
-from tfaccel.types import ArraySpec, EnvSpec, StepResult
+from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult
 
 SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
 
@@ -166,35 +166,20 @@ class AtariEnv:
         self._resize = Resizer(cropped, (config.height, config.width))
         self._stack = FrameStack(config.height, config.width, config.stack)
         self._lives = 0
-        self._new_game = True
-        self._game_return = 0.0
-        self._game_length = 0
-
-    @property
-    def game_over(self) -> bool:
-        return self._new_game
-
-    @property
-    def game_return(self) -> float:
-        return self._game_return
-
-    @property
-    def game_length(self) -> int:
-        return self._game_length
+        self.game = Game()
 
     def reset(self) -> np.ndarray:
         ale = self._ale
-        if self._new_game:
+        if self.game.over:
             ale.reset_game()
-            self._game_return, self._game_length = 0.0, 0
+            self.game.start()
             noops = self._rng.integers(1, self.config.noop_max + 1) if self.config.noop_max else 0
             for _ in range(noops):
                 ale.act(ale_py.Action.NOOP)
                 if ale.game_over():
                     ale.reset_game()
-            self._new_game = False
         if self.config.fire_on_reset and self._fire is not None:
-            self._game_return += ale.act(self._fire)
+            self.game.score += ale.act(self._fire)
         self._lives = ale.lives()
         ale.getScreenGrayscale(self._screens[1])
         self._screens[0] = self._screens[1]
@@ -213,17 +198,16 @@ class AtariEnv:
                 break
             if i >= skip - 2:
                 ale.getScreenGrayscale(screens[i - skip + 2])
-        self._game_return += reward
-        self._game_length += 1
+        self.game.record(reward)
         lives = ale.lives()
         game_over = ale.game_over()
         terminated = game_over or (self.config.episodic_life and lives < self._lives)
-        time_up = self._game_length >= self.config.max_agent_steps
+        time_up = self.game.length >= self.config.max_agent_steps
         truncated = time_up and not terminated
         self._lives = lives
-        self._new_game = game_over or time_up
+        self.game.over = game_over or time_up
         if self.config.clip_rewards:
-            reward = float(np.sign(reward))
+            reward = float((reward > 0) - (reward < 0))
         return StepResult(self._observe(), reward, terminated, truncated)
 
     def _observe(self) -> np.ndarray:

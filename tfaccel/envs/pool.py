@@ -36,6 +36,7 @@ module (not a script's `__main__`, which workers do not import: that keeps Tenso
 from __future__ import annotations
 
 import contextlib
+import inspect
 import mmap
 import multiprocessing as mp
 import os
@@ -146,16 +147,30 @@ def step_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> 
             buffers.truncated[i] = result.truncated
             if ended:
                 buffers.final_observation[i] = result.observation
-                over = buffers.game_over[i] = env.game_over
-                if over:
-                    buffers.game_return[i] = env.game_return
-                    buffers.game_length[i] = env.game_length
+                game = env.game
+                buffers.game_over[i] = game.over
+                if game.over:
+                    buffers.game_return[i] = game.score
+                    buffers.game_length[i] = game.length
                 buffers.observation[i] = env.reset()
             else:
                 buffers.game_over[i] = False
                 buffers.observation[i] = result.observation
         except Exception as error:
             raise PoolError(f"env {i} raised {type(error).__name__}: {error}") from error
+
+
+def _check_importable(env_factory) -> None:
+    """Workers get the factory by reference; one defined in `__main__` cannot reach them."""
+    for part in (env_factory, getattr(env_factory, "func", None)):  # a functools.partial's func
+        if part is None:
+            continue
+        owner = part if inspect.isfunction(part) or inspect.isclass(part) else type(part)
+        if owner.__module__ == "__main__":
+            raise ValueError(
+                f"the env factory {part!r} is defined in __main__, which pool workers do not import "
+                "(that keeps TensorFlow out of them); define it in an importable module"
+            )
 
 
 def _map(path: str, size: int, create: bool) -> mmap.mmap:
@@ -384,6 +399,7 @@ class EnvPool:
         _check_sizes(self.num_envs, num_groups)
         self.num_workers, self.envs_per_worker, self.timeout = num_workers, envs_per_worker, timeout
         self._niceness = worker_niceness
+        _check_importable(env_factory)
         self.seeds = env_seeds(seed, self.num_envs)
         probe = env_factory(self.seeds[0])
         self.spec = probe.spec

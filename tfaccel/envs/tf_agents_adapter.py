@@ -5,6 +5,8 @@ Two directions, both optional (the `tfaccel[tf_agents]` extra):
 - `TFAgentsEnvConfig(make_py_env)` turns a factory of tf-agents `PyEnvironment`s into a pool env
   factory, so `EnvPool(TFAgentsEnvConfig(make_py_env), W, M)` steps any tf-agents environment in
   worker processes. `TFAgentsEnv` maps its time steps onto `tfaccel.types.Env`.
+- `EnvPyEnvironment(env)` shows one tfaccel env to tf-agents as an unbatched `PyEnvironment`
+  (for tf-agents' own `ParallelPyEnvironment`, say).
 - `PoolPyEnvironment(pool)` shows an `EnvPool` or `SerialPool` to tf-agents as one batched
   `PyEnvironment` (`batch_size = pool.num_envs`), so tf-agents policies, drivers and metrics run
   against the pool.
@@ -33,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tfaccel.types import ArraySpec, EnvSpec, StepResult
+from tfaccel.types import ArraySpec, Env, EnvSpec, Game, StepResult
 
 # tf-agents 0.19 imports tensorflow-probability 0.23, which needs `tf.keras` to be Keras 2
 # (tf-keras); under TF >= 2.16 `tf.keras` is Keras 3 unless this is set before tf_agents is
@@ -74,7 +76,7 @@ class TFAgentsEnv:
     """One tf-agents `PyEnvironment` as a `tfaccel.types.Env`.
 
     Our action `a` is the tf-agents action `minimum + a`. A LAST time step ends the game as well as
-    the episode: `game_return` is the sum of the raw rewards since `reset`, `game_length` the steps.
+    the episode: `game.score` is the sum of the raw rewards since `reset`, `game.length` the steps.
 
     Raises:
         ValueError: the env is batched, its observation spec is not one `ArraySpec`, its action spec
@@ -107,32 +109,17 @@ class TFAgentsEnv:
         self._action_dtype = action_spec.dtype
         num_actions = int(action_spec.maximum) - self._minimum + 1
         self.spec = EnvSpec(ArraySpec(tuple(obs_spec.shape), np.dtype(obs_spec.dtype)), num_actions)
-        self._game_over = False
-        self._game_return, self._game_length = 0.0, 0
-
-    @property
-    def game_over(self) -> bool:
-        return self._game_over
-
-    @property
-    def game_return(self) -> float:
-        return self._game_return
-
-    @property
-    def game_length(self) -> int:
-        return self._game_length
+        self.game = Game()
 
     def reset(self) -> np.ndarray:
-        self._game_over = False
-        self._game_return, self._game_length = 0.0, 0
+        self.game.start()
         return np.asarray(self.py_env.reset().observation)
 
     def step(self, action: int) -> StepResult:
         time_step = self.py_env.step(np.asarray(self._minimum + action, self._action_dtype))
         reward = float(time_step.reward)
-        self._game_return += reward
-        self._game_length += 1
-        self._game_over = last = bool(time_step.is_last())
+        self.game.record(reward)
+        self.game.over = last = bool(time_step.is_last())
         terminated = last and float(time_step.discount) == 0.0
         return StepResult(
             np.asarray(time_step.observation), reward, terminated, last and not terminated
@@ -140,6 +127,53 @@ class TFAgentsEnv:
 
     def close(self) -> None:
         self.py_env.close()
+
+
+class EnvPyEnvironment(py_environment.PyEnvironment):
+    """One `tfaccel.types.Env` as an unbatched tf-agents `PyEnvironment` (next-step reset).
+
+    For tf-agents tools that want one env per object, such as `ParallelPyEnvironment`.
+
+    Args:
+        env: the env; this environment owns it.
+        action_minimum: tf-agents action `a` is the env's action `a - action_minimum`.
+        action_dtype: dtype of the tf-agents action spec.
+    """
+
+    def __init__(self, env: Env, action_minimum: int = 0, action_dtype=np.int32):
+        super().__init__(handle_auto_reset=True)
+        self._env, self._minimum = env, action_minimum
+        obs = env.spec.observation
+        self._observation_spec = _observation_spec(obs)
+        maximum = action_minimum + env.spec.num_actions - 1
+        self._action_spec = array_spec.BoundedArraySpec((), action_dtype, action_minimum, maximum)
+
+    def observation_spec(self) -> array_spec.ArraySpec:
+        return self._observation_spec
+
+    def action_spec(self) -> array_spec.BoundedArraySpec:
+        return self._action_spec
+
+    def _reset(self) -> ts.TimeStep:
+        return ts.restart(self._env.reset().copy())
+
+    def _step(self, action) -> ts.TimeStep:
+        result = self._env.step(int(action) - self._minimum)
+        observation, reward = result.observation.copy(), np.float32(result.reward)
+        if result.terminated:
+            return ts.termination(observation, reward)
+        if result.truncated:
+            return ts.truncation(observation, reward)
+        return ts.transition(observation, reward)
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def _observation_spec(obs: ArraySpec) -> array_spec.ArraySpec:
+    if np.dtype(obs.dtype) == np.uint8:
+        return array_spec.BoundedArraySpec(obs.shape, np.uint8, 0, 255, name="observation")
+    return array_spec.ArraySpec(obs.shape, obs.dtype, name="observation")
 
 
 class PoolPyEnvironment(py_environment.PyEnvironment):
@@ -166,13 +200,7 @@ class PoolPyEnvironment(py_environment.PyEnvironment):
             )
         super().__init__(handle_auto_reset=False)
         self._pool = pool
-        obs = pool.spec.observation
-        if np.dtype(obs.dtype) == np.uint8:
-            self._observation_spec = array_spec.BoundedArraySpec(
-                obs.shape, np.uint8, 0, 255, name="observation"
-            )
-        else:
-            self._observation_spec = array_spec.ArraySpec(obs.shape, obs.dtype, name="observation")
+        self._observation_spec = _observation_spec(pool.spec.observation)
         self._action_spec = array_spec.BoundedArraySpec(
             (), np.int32, 0, pool.spec.num_actions - 1, name="action"
         )

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from tfaccel.envs.frames import FrameStack
-from tfaccel.types import ArraySpec, EnvSpec, StepResult
+from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,29 +73,16 @@ class ScriptedEnv:
         self._episode = -1
         self._t = 0
         self._lives_left = 0
-        self._game_return = 0.0
-        self._game_length = 0
-
-    @property
-    def game_over(self) -> bool:
-        return self._lives_left == 0 or self._game_length >= self.config.max_steps
-
-    @property
-    def game_return(self) -> float:
-        return self._game_return
-
-    @property
-    def game_length(self) -> int:
-        return self._game_length
+        self.game = Game()
 
     def _frame(self) -> np.ndarray:
         value = (37 * self.seed + 11 * self._episode + self._t) % 256
         return np.full((self.config.height, self.config.width), value, np.uint8)
 
     def reset(self) -> np.ndarray:
-        if self._episode < 0 or self.game_over:
+        if self.game.over:
             self._lives_left = self.config.lives
-            self._game_return, self._game_length = 0.0, 0
+            self.game.start()
         self._episode += 1
         self._t = 0
         self._stack.clear()
@@ -108,12 +95,13 @@ class ScriptedEnv:
         self._inject_faults()
         reward = float((self._t + action) % 3 - 1)
         self._t += 1
-        self._game_return += reward
-        self._game_length += 1
+        self.game.record(reward)
         terminated = self._t >= self.config.life_length + self.seed % 3
         if terminated:
             self._lives_left -= 1
-        truncated = not terminated and self._game_length >= self.config.max_steps
+        time_up = self.game.length >= self.config.max_steps
+        truncated = not terminated and time_up
+        self.game.over = self._lives_left == 0 or time_up
         return StepResult(self._stack.push(self._frame()), reward, terminated, truncated)
 
     def _inject_faults(self) -> None:
@@ -165,20 +153,7 @@ class CatchEnv:
         self._stack = FrameStack(height, width, config.stack)
         self._frame = np.zeros((height, width), np.uint8)
         self._ball_row = self._ball_col = self._paddle = 0
-        self._done = True
-        self._game_return, self._game_length = 0.0, 0
-
-    @property
-    def game_over(self) -> bool:
-        return self._done
-
-    @property
-    def game_return(self) -> float:
-        return self._game_return
-
-    @property
-    def game_length(self) -> int:
-        return self._game_length
+        self.game = Game()
 
     def _render(self) -> np.ndarray:
         s, frame = self.config.scale, self._frame
@@ -195,21 +170,19 @@ class CatchEnv:
         self._ball_row = 0
         self._ball_col = int(self._rng.integers(self.config.columns))
         self._paddle = self.config.columns // 2
-        self._done = False
-        self._game_return, self._game_length = 0.0, 0
+        self.game.start()
         self._stack.clear()
         return self._render()
 
     def step(self, action: int) -> StepResult:
         self._paddle = int(np.clip(self._paddle + action - 1, 0, self.config.columns - 1))
         self._ball_row += 1
-        self._game_length += 1
         reward = 0.0
         if self._ball_row == self.config.rows - 1:
             reward = 1.0 if self._paddle == self._ball_col else -1.0
-            self._done = True
-        self._game_return += reward
-        return StepResult(self._render(), reward, self._done, False)
+            self.game.over = True
+        self.game.record(reward)
+        return StepResult(self._render(), reward, self.game.over, False)
 
     def close(self) -> None:
         pass
