@@ -97,3 +97,24 @@ class PoolStep(NamedTuple):
     game_over: np.ndarray  # [B] bool
     game_return: np.ndarray  # [B] float64, where game_over
     game_length: np.ndarray  # [B] int64, where game_over
+
+
+class Rollout(NamedTuple):
+    """T steps of B envs for an on-policy learner, time-major, as numpy or tensors.
+
+    Step t acted with `action[t]` on `observation[t]` and got `reward[t]`; `terminated[t]` ends
+    the episode without a bootstrap, `truncated[t]` with the bootstrap `truncation_value[t]` (the
+    value of the episode's final observation, computed by the sampler when it happened).
+    `bootstrap_observation` is the observation after the last step, from which the learner
+    bootstraps the rollout. `log_prob` and `value` are the behaviour policy's, at acting time.
+    """
+
+    observation: np.ndarray  # [T, B, H, W, C] uint8
+    action: np.ndarray  # [T, B] int32
+    reward: np.ndarray  # [T, B] float32 (learning reward, clipped by the env where configured)
+    terminated: np.ndarray  # [T, B] bool
+    truncated: np.ndarray  # [T, B] bool
+    truncation_value: np.ndarray  # [T, B] float32, meaningful where truncated
+    log_prob: np.ndarray  # [T, B] float32, log pi(a_t | o_t) of the behaviour policy
+    value: np.ndarray  # [T, B] float32, V(o_t) of the behaviour policy
+    bootstrap_observation: np.ndarray  # [B, H, W, C] uint8
