@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-ROOT_DIR ?= runs/default
+ROOT_DIR ?= runs/a2c_pong
+CONFIG ?= a2c.gin
 SECONDS ?= 10
 
 .PHONY: train test lint bench venv clean
@@ -16,9 +17,10 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,tf_agents]'
 	touch $(STAMP)
 
-# Until the training loop lands (issue 3), the default "training" is a short demo of the pool.
+# The default training run: A2C (PAAC settings) on Pong, 40M frames. Ctrl-C saves a checkpoint;
+# `make train` again resumes. Other configs: make train CONFIG=ppo.gin ROOT_DIR=runs/ppo_pong
 train: $(STAMP)
-	$(PY) bin/pool_demo --game=pong --seconds=$(SECONDS)
+	$(PY) bin/train --gin_file=$(CONFIG) --root_dir=$(ROOT_DIR)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tfaccel bin tests benchmarks

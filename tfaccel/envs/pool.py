@@ -387,6 +387,7 @@ class EnvPool:
             raise ValueError(
                 f"num_workers and envs_per_worker must be positive, got {num_workers}, {envs_per_worker}"
             )
+        _check_sizes(num_workers * envs_per_worker, num_groups)
         if split_groups_by_worker and num_workers % num_groups:
             raise ValueError(
                 f"num_workers ({num_workers}) must split evenly into {num_groups} groups"
@@ -396,7 +397,6 @@ class EnvPool:
                 f"envs_per_worker ({envs_per_worker}) must split evenly into {num_groups} groups"
             )
         self.num_envs = num_workers * envs_per_worker
-        _check_sizes(self.num_envs, num_groups)
         self.num_workers, self.envs_per_worker, self.timeout = num_workers, envs_per_worker, timeout
         self._niceness = worker_niceness
         _check_importable(env_factory)

@@ -1,0 +1,70 @@
+"""bin/eval on an exported policy: JSON scores, a GIF, and one clear line for user errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from PIL import Image, ImageSequence
+
+from tfaccel import export
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.networks import PolicyValueNetwork
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "bin/eval", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def pong_policy(tmp_path_factory):
+    config = AtariConfig(game="pong")
+    path = str(tmp_path_factory.mktemp("run") / "policy")
+    export.export_policy(PolicyValueNetwork(config(0).spec), config, path)
+    return path
+
+
+def test_eval_prints_scores_and_writes_gif(pong_policy, tmp_path):
+    gif = tmp_path / "game.gif"
+    result = run(
+        f"--policy_dir={pong_policy}", "--episodes=1", "--max_agent_steps=200", f"--gif={gif}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["episodes"] == 1 and len(data["scores"]) == 1
+    assert data["lengths"] == [200]  # an untrained Pong player loses no game in 200 steps
+    assert data["mean"] == data["min"] == data["max"] == data["scores"][0] <= 0
+    assert data["std"] == 0.0 and data["policy_dir"] == pong_policy and data["game"] == "pong"
+    expected_frames = 1 + 200 // 4  # the start, then every 4th agent step
+    assert data["gif"]["frames"] == expected_frames
+    with Image.open(gif) as image:
+        assert image.size == (160, 210) and image.n_frames > 1
+        durations = [frame.info["duration"] for frame in ImageSequence.Iterator(image)]
+    # Pillow merges identical consecutive frames into one longer frame: count in time.
+    assert sum(durations) == expected_frames * data["gif"]["frame_ms"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policy_dir=/nonexistent"], "error: policy directory /nonexistent does not exist"),
+        (["--policy_dir=tests"], "error: tests is not a tfaccel policy: it has no tfaccel_policy"),
+        (["--policy_dir=/nonexistent", "--episodes=0"], "error: episodes must be >= 1, got 0"),
+        (["--policy_dir=/nonexistent", "--epsilon=2"], "error: epsilon must be in [0, 1], got 2"),
+    ],
+)
+def test_user_errors_end_with_one_line(args, message):
+    result = run(*args)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.strip().startswith(message), result.stderr
+    assert result.stdout == ""

@@ -1,0 +1,129 @@
+"""Evaluation of an exported policy: full games, raw scores, optionally a GIF (`bin/eval`).
+
+The games are played by `tfaccel.policy_client`, the client that needs no tfaccel, from the
+policy's `tfaccel_policy.json` alone: an evaluation checks the artifact a user gets, not the
+training process's objects. The protocol is `AtariConfig.evaluation()`'s: no episodic life, raw
+(unclipped) rewards, up to `noop_max` no-op frames at a game start, a limit of `max_agent_steps`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image  # Pillow comes with matplotlib
+
+from tfaccel import policy_client
+
+
+def evaluate(
+    policy_dir: str,
+    episodes: int,
+    *,
+    epsilon: float = 0.0,
+    sticky_action_prob: float = 0.0,
+    noop_max: int = 30,
+    max_agent_steps: int = 27_000,
+    seed: int = 0,
+    gif: str | None = None,
+    gif_every: int = 4,
+) -> dict:
+    """Plays `episodes` full games with the policy in `policy_dir` and summarizes the scores.
+
+    Args:
+        policy_dir: a directory written by `tfaccel.export.export_policy`.
+        episodes: number of full games, played one after another.
+        epsilon: probability of a uniformly random action instead of the greedy one.
+        sticky_action_prob: per-frame probability that the emulator repeats the last action.
+        noop_max: a game starts with 1..noop_max random no-op frames (0: none).
+        max_agent_steps: a game ends after this many agent steps.
+        seed: seeds the emulator, the no-ops and the epsilon draws.
+        gif: where to write an animated GIF of the first game (None: no GIF).
+        gif_every: the GIF shows every k-th agent step.
+
+    Returns:
+        `episodes`, `mean`, `std`, `min`, `max` of the raw scores, `scores` and `lengths` (agent
+        steps) per game, `policy_dir`, `game`, and with a GIF `gif` (path, frames, frame_ms).
+
+    Raises:
+        ValueError: a setting is out of range, the policy directory is missing or not a tfaccel
+            Atari policy, or the GIF's directory does not exist.
+    """
+    _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed)
+    if gif_every < 1:
+        raise ValueError(f"gif_every must be >= 1, got {gif_every}")
+    if gif is not None and not os.path.isdir(os.path.dirname(os.path.abspath(gif))):
+        raise ValueError(f"cannot write the GIF {gif}: its directory does not exist")
+    metadata = policy_client.read_metadata(policy_dir)  # before TensorFlow starts, for errors
+    preprocessing = metadata.get("preprocessing")
+    if preprocessing is None:
+        raise ValueError(
+            f"{policy_dir} describes no Atari preprocessing (it was exported without an "
+            "env_config), so it cannot be evaluated on Atari"
+        )
+    policy, _ = policy_client.load_policy(policy_dir)
+    records = policy_client.play_games(
+        policy,
+        preprocessing,
+        episodes,
+        seed=seed,
+        epsilon=epsilon,
+        record_every=gif_every if gif else 0,
+        sticky_action_prob=sticky_action_prob,
+        noop_max=noop_max,
+        max_agent_steps=max_agent_steps,
+    )
+    scores = np.array([record.score for record in records], np.float64)
+    result = dict(
+        episodes=episodes,
+        mean=float(scores.mean()),
+        std=float(scores.std()),
+        min=float(scores.min()),
+        max=float(scores.max()),
+        scores=scores.tolist(),
+        lengths=[record.length for record in records],
+        policy_dir=os.path.abspath(policy_dir),
+        game=preprocessing["game"],
+    )
+    if gif:
+        frame_ms = gif_frame_ms(gif_every, preprocessing["frame_skip"])
+        write_gif(records[0].frames, gif, frame_ms)
+        result["gif"] = dict(
+            path=os.path.abspath(gif), frames=len(records[0].frames), frame_ms=frame_ms
+        )
+    return result
+
+
+def _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed):
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    if not 0.0 <= sticky_action_prob <= 1.0:
+        raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob}")
+    if noop_max < 0:
+        raise ValueError(f"noop_max must be >= 0, got {noop_max}")
+    if max_agent_steps < 1:
+        raise ValueError(f"max_agent_steps must be >= 1, got {max_agent_steps}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+
+
+def gif_frame_ms(every: int, frame_skip: int) -> int:
+    """Real-time display length of one GIF frame (every k-th agent step, 60 emulator frames/s).
+
+    GIFs count time in centiseconds, so the result is rounded to 10 ms: `gif_frame_ms(4, 4)` is
+    270 (16 emulator frames are 266.7 ms).
+    """
+    return max(10, 10 * round(100 * every * frame_skip / 60))
+
+
+def write_gif(frames: Sequence[np.ndarray], path: str, frame_ms: int) -> None:
+    """Writes RGB frames [H, W, 3] uint8 as a looping GIF, `frame_ms` per frame.
+
+    Identical consecutive frames become one frame shown for their summed time (Pillow merges
+    them), so the file may hold fewer frames than given but always lasts len(frames) * frame_ms.
+    """
+    images = [Image.fromarray(np.asarray(frame, np.uint8)) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=frame_ms, loop=0)

@@ -1,0 +1,88 @@
+"""The generic learner: variables, optimizer, counters, and one compiled train call.
+
+The algorithm is a loss, `loss_fn(network, batch) -> (scalar, metrics)`; the learner owns
+everything else (DESIGN.md, decision 3): the network and the optimizer slots are created under the
+strategy's scope before any checkpoint is built, gradients are clipped by global norm, and one
+`tf.function` runs `strategy.run` of a whole update (several SGD steps where the algorithm asks
+for them) so Python is entered once per rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+LossFn = Callable[[keras.Model, object], tuple[tf.Tensor, dict]]
+
+
+def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
+    """RMSProp as in PAAC (Clemente et al., 2017): decay 0.99, epsilon 0.1."""
+    return keras.optimizers.RMSprop(learning_rate=learning_rate, rho=rho, epsilon=epsilon)
+
+
+def make_adam(learning_rate, epsilon: float = 1e-5) -> keras.Optimizer:
+    return keras.optimizers.Adam(learning_rate=learning_rate, epsilon=epsilon)
+
+
+def linear_decay(
+    learning_rate: float, updates: int
+) -> keras.optimizers.schedules.LearningRateSchedule:
+    """The learning rate falls linearly to 0 over `updates` optimizer steps (PAAC, A2C, PPO)."""
+    return keras.optimizers.schedules.PolynomialDecay(learning_rate, max(int(updates), 1), 0.0)
+
+
+class Learner:
+    """Trains `network` with `loss_fn` on batches; see the module docstring.
+
+    Args:
+        make_network: builds the Keras model (called under the strategy's scope).
+        loss_fn: the algorithm's loss.
+        make_optimizer: builds the optimizer (called under the strategy's scope).
+        max_grad_norm: gradients are clipped to this global norm (0: no clipping).
+        strategy: a `tf.distribute.Strategy` (default: the current one).
+    """
+
+    def __init__(
+        self,
+        make_network: Callable[[], keras.Model],
+        loss_fn: LossFn,
+        make_optimizer: Callable[[], keras.Optimizer],
+        max_grad_norm: float = 0.0,
+        strategy: tf.distribute.Strategy | None = None,
+    ):
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self._loss_fn, self._max_grad_norm = loss_fn, max_grad_norm
+        with self.strategy.scope():
+            self.network = make_network()
+            self.optimizer = make_optimizer()
+            self.optimizer.build(self.network.trainable_variables)
+        self._train = tf.function(self._update)
+
+    def _step(self, batch) -> dict:
+        variables = self.network.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, metrics = self._loss_fn(self.network, batch)
+        gradients = tape.gradient(loss, variables)
+        norm = tf.linalg.global_norm(gradients)
+        if self._max_grad_norm:
+            gradients, _ = tf.clip_by_global_norm(gradients, self._max_grad_norm, use_norm=norm)
+        self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        return dict(metrics, grad_norm=norm)
+
+    def _update(self, batch) -> dict:
+        metrics = self.strategy.run(self._step, args=(batch,))
+        return {
+            name: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+            for name, value in metrics.items()
+        }
+
+    def train(self, batch) -> dict[str, float]:
+        """One update on `batch` (numpy arrays or tensors); returns the metrics as floats."""
+        metrics = self._train(batch)
+        return {name: float(value) for name, value in metrics.items()}
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.optimizer.learning_rate)

@@ -1,0 +1,69 @@
+"""What a run reports: metrics.csv, TensorBoard scalars, and a progress line.
+
+`metrics.csv` gets one row per log interval and is appended to on resume (its header is written
+once). On a terminal the progress line rewrites itself; elsewhere (CI, a log file) each interval is
+one plain line.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+import tensorflow as tf
+
+REQUIRED_COLUMNS = (
+    "env_frames",
+    "agent_steps",
+    "wall_s",
+    "fps",
+    "episode_return_raw_mean",
+    "episodes",
+)
+
+
+class MetricsLogger:
+    """Writes rows of scalars to `root_dir/metrics.csv` and to TensorBoard under `root_dir/tb`."""
+
+    def __init__(self, root_dir: str, stream=None):
+        self.path = os.path.join(root_dir, "metrics.csv")
+        self._columns: list[str] | None = None
+        if os.path.exists(self.path):
+            with open(self.path, newline="") as handle:
+                self._columns = next(csv.reader(handle), None)
+        self._writer = tf.summary.create_file_writer(os.path.join(root_dir, "tb"))
+        self._stream = stream or sys.stdout
+        self._live = hasattr(self._stream, "isatty") and self._stream.isatty()
+
+    def write(self, row: dict) -> None:
+        if self._columns is None:
+            self._columns = list(REQUIRED_COLUMNS) + sorted(set(row) - set(REQUIRED_COLUMNS))
+            with open(self.path, "w", newline="") as handle:
+                csv.writer(handle).writerow(self._columns)
+        with open(self.path, "a", newline="") as handle:
+            csv.writer(handle).writerow([_format(row.get(name, "")) for name in self._columns])
+        with self._writer.as_default(step=int(row["env_frames"])):
+            for name, value in row.items():
+                if isinstance(value, (int, float)) and name != "env_frames":
+                    tf.summary.scalar(name, value)
+        self._writer.flush()
+
+    def progress(self, text: str, final: bool = False) -> None:
+        if self._live:
+            self._stream.write("\r" + text.ljust(110)[:160] + ("\n" if final else ""))
+        else:
+            self._stream.write(text + "\n")
+        self._stream.flush()
+
+    def message(self, text: str) -> None:
+        if self._live:
+            self._stream.write("\n")
+        self._stream.write(text + "\n")
+        self._stream.flush()
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

@@ -1,0 +1,403 @@
+"""Play an exported tfaccel policy with TensorFlow, numpy and ale-py only: no tfaccel needed.
+
+A policy directory (written by `tfaccel.export.export_policy`, e.g. `RUN_DIR/policy/`) holds a
+SavedModel and `tfaccel_policy.json`. The SavedModel's `serving_default` signature takes
+`observation`, uint8 [B, H, W, C] (preprocessed, stacked frames), and returns `action` int32 [B]
+(greedy), the raw head (`logits`, `q_values` or `probabilities`) and, for `logits`,
+`sampled_action`. The json says how the frames were made (its `preprocessing` entry: game, frame
+skip, max over the last two frames, crop, size, stack, action names, ...). This file rebuilds that
+preprocessing with ale-py and gives the same observations, number for number, as tfaccel's own
+`AtariConfig(...).evaluation()` env with the same seed.
+
+It imports nothing from tfaccel, so it can be copied out of the repository and used on its own:
+
+    policy, metadata = load_policy("run/policy")
+    game = AtariGame(metadata["preprocessing"], seed=0)
+    observation = game.reset()
+    while not game.over:
+        action = policy(observation[None])["action"][0]
+        observation, reward = game.step(action)
+    print(game.score, game.length)
+
+or from a shell: `python policy_client.py run/policy --episodes=3` (inside the tfaccel
+repository: `python -m tfaccel.policy_client run/policy`).
+
+TensorFlow is imported when a policy is loaded, not before, so a wrong directory is reported
+before TensorFlow's start-up messages and the games run without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import ale_py
+import numpy as np
+from ale_py import roms
+
+POLICY_FILE = "tfaccel_policy.json"
+FORMAT = "tfaccel_policy"
+FORMAT_VERSION = 1
+HEADS = ("logits", "q_values", "probabilities")
+SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
+PREPROCESSING_KEYS = (
+    "game",
+    "frame_skip",
+    "max_pool",
+    "crop_top",
+    "crop_bottom",
+    "height",
+    "width",
+    "stack",
+    "noop_max",
+    "fire_on_reset",
+    "sticky_action_prob",
+    "max_agent_steps",
+    "action_names",
+)
+
+
+def read_metadata(policy_dir: str) -> dict:
+    """Reads and checks `tfaccel_policy.json` of a policy directory.
+
+    Raises:
+        ValueError: the directory is missing, or it is not a tfaccel policy.
+    """
+    if not os.path.exists(policy_dir):
+        raise ValueError(f"policy directory {policy_dir} does not exist")
+    if not os.path.isdir(policy_dir):
+        raise ValueError(f"policy directory {policy_dir} is not a directory")
+    path = os.path.join(policy_dir, POLICY_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"{policy_dir} is not a tfaccel policy: it has no {POLICY_FILE} "
+            "(policies are written by tfaccel.export.export_policy, e.g. RUN_DIR/policy)"
+        )
+    try:
+        with open(path) as handle:
+            metadata = json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        raise ValueError(f'{path} is not a tfaccel policy file (no "format": "{FORMAT}")')
+    if metadata.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format version {metadata['format_version']}; this client reads up to "
+            f"{FORMAT_VERSION}: use a newer policy_client.py"
+        )
+    return metadata
+
+
+class Policy:
+    """A loaded SavedModel policy: `policy(observation)` -> dict of numpy outputs.
+
+    Attributes:
+        metadata: the contents of `tfaccel_policy.json`.
+        observation_shape: (H, W, C) of one observation.
+        num_actions: size of the discrete action set.
+        head: name of the raw head output (`logits`, `q_values` or `probabilities`).
+    """
+
+    def __init__(self, model: Any, signature: Any, metadata: dict):
+        self._model = model  # keeps the loaded variables alive as long as the signature
+        self._signature = signature
+        self.metadata = metadata
+        self.observation_shape = tuple(metadata["observation"]["shape"])
+        self.num_actions = int(metadata["num_actions"])
+        self.head = metadata["head"]
+
+    def __call__(self, observation: np.ndarray) -> dict[str, np.ndarray]:
+        """Runs the policy on a batch of observations.
+
+        Args:
+            observation: uint8 [B, H, W, C], preprocessed and stacked as the metadata describes.
+
+        Returns:
+            `action` int32 [B] (greedy), the raw head, and `sampled_action` int32 [B] for logits.
+
+        Raises:
+            ValueError: the observation has the wrong shape or dtype.
+        """
+        observation = np.asarray(observation)
+        expected = (None, *self.observation_shape)
+        if observation.dtype != np.uint8 or (
+            observation.ndim != 4 or observation.shape[1:] != self.observation_shape
+        ):
+            raise ValueError(
+                f"observation must be uint8 {_shape_text(expected)} (a batch of preprocessed, "
+                f"stacked frames), got {observation.dtype} {_shape_text(observation.shape)}"
+            )
+        outputs = self._signature(observation=observation)
+        return {name: value.numpy() for name, value in outputs.items()}
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join("B" if n is None else str(n) for n in shape) + "]"
+
+
+def load_policy(policy_dir: str) -> tuple[Policy, dict]:
+    """Loads a policy directory with `tf.saved_model.load` alone.
+
+    Args:
+        policy_dir: a directory written by `tfaccel.export.export_policy`.
+
+    Returns:
+        (policy, metadata): `policy(observation [B, H, W, C] uint8)` returns a dict of numpy
+        outputs; `metadata` is the contents of `tfaccel_policy.json`.
+
+    Raises:
+        ValueError: the directory is missing, or it is not a loadable tfaccel policy.
+    """
+    metadata = read_metadata(policy_dir)
+    if not os.path.isfile(os.path.join(policy_dir, "saved_model.pb")):
+        raise ValueError(f"{policy_dir} is not a tfaccel policy: it has no saved_model.pb")
+    import tensorflow as tf  # here, not at the top: see the module docstring
+
+    try:
+        model = tf.saved_model.load(policy_dir)
+    except Exception as error:  # TensorFlow raises many types for a damaged SavedModel
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(
+            f"cannot load the SavedModel in {policy_dir}: {type(error).__name__}: {first_line}"
+        ) from error
+    signature = model.signatures.get("serving_default")
+    if signature is None:
+        raise ValueError(f"{policy_dir} is not a tfaccel policy: no serving_default signature")
+    return Policy(model, signature, metadata), metadata
+
+
+def area_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """Weights [n_out, n_in] that average each output cell over the input span it covers."""
+    scale = n_in / n_out
+    weights = np.zeros((n_out, n_in), np.float64)
+    for i in range(n_out):
+        lo, hi = i * scale, (i + 1) * scale
+        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
+            weights[i, j] = (min(hi, j + 1) - max(lo, j)) / scale
+    return weights.astype(np.float32)
+
+
+def resize(frame: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Area resize of a [h, w] uint8 frame by `rows` [H, h] and `cols` [w, W], halves rounded up.
+
+    An exact x2 reduction sums 2x2 blocks in integers: (a + b + c + d + 2) // 4.
+    """
+    (height, h), (w, width) = rows.shape, cols.shape
+    if (h, w) == (height, width):
+        return frame
+    if (h, w) == (2 * height, 2 * width):
+        pairs = frame[0::2].astype(np.uint16) + frame[1::2]  # [H, w]
+        blocks = pairs[:, 0::2] + pairs[:, 1::2]  # [H, W]
+        return ((blocks + 2) >> 2).astype(np.uint8)
+    resized = rows @ frame.astype(np.float32) @ cols  # [H, W]
+    return np.floor(resized + 0.5).astype(np.uint8)
+
+
+class AtariGame:
+    """Full games of one ALE game, preprocessed as a policy's `tfaccel_policy.json` describes.
+
+    No episodic life and raw rewards (tfaccel's evaluation protocol). With the same settings and
+    seed it gives the observations of tfaccel's `AtariConfig(...).evaluation()` env: the ALE gets
+    `random_seed = seed % (2**31 - 1)`, and the no-ops at a game start are drawn from
+    `numpy.random.default_rng(seed)`.
+
+    Attributes:
+        over: the last step ended the game (game over or the time limit); call `reset()`.
+        score: raw score of the current game.
+        length: agent steps of the current game.
+        num_actions: size of the action set.
+    """
+
+    def __init__(self, preprocessing: dict, seed: int = 0, **overrides):
+        """Builds the game.
+
+        Args:
+            preprocessing: the `preprocessing` entry of `tfaccel_policy.json`.
+            seed: seeds the emulator (sticky actions) and the no-op draws.
+            **overrides: replace preprocessing entries, e.g. `noop_max=0`, `max_agent_steps=500`
+                or `sticky_action_prob=0.25`.
+
+        Raises:
+            ValueError: a setting is missing, unknown or out of range.
+        """
+        missing = [key for key in PREPROCESSING_KEYS if key not in preprocessing]
+        if missing:
+            raise ValueError(f"the policy's preprocessing lacks {missing}")
+        unknown = sorted(set(overrides) - set(preprocessing))
+        if unknown:
+            raise ValueError(f"unknown settings {unknown}; valid: {sorted(preprocessing)}")
+        self.settings = settings = {**preprocessing, **overrides}
+        self._check(settings)
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+        self._ale = ale = ale_py.ALEInterface()
+        ale.setInt("random_seed", int(seed) % (2**31 - 1))
+        ale.setFloat("repeat_action_probability", float(settings["sticky_action_prob"]))
+        ale.setInt("frame_skip", 1)
+        ale.loadROM(roms.get_rom_path(settings["game"]))
+        self._actions = [ale_py.Action[name] for name in settings["action_names"]]
+        self.num_actions = len(self._actions)
+        self._fire = ale_py.Action.FIRE in self._actions and settings["fire_on_reset"]
+        self._rng = np.random.default_rng(seed)
+        self._screens = np.zeros((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8)
+        self._crop = slice(settings["crop_top"], SCREEN_HEIGHT - settings["crop_bottom"])
+        cropped_height = SCREEN_HEIGHT - settings["crop_top"] - settings["crop_bottom"]
+        height, width = settings["height"], settings["width"]
+        self._rows = area_matrix(cropped_height, height)
+        self._cols = area_matrix(SCREEN_WIDTH, width).T.copy()
+        self._stack = np.zeros((height, width, settings["stack"]), np.uint8)
+        self.over, self.score, self.length = True, 0.0, 0
+
+    @staticmethod
+    def _check(settings: dict) -> None:
+        if settings["game"] not in roms.get_all_rom_ids():
+            raise ValueError(f"ale-py {ale_py.__version__} ships no ROM for {settings['game']!r}")
+        names = settings["action_names"]
+        bad = [name for name in names if name not in ale_py.Action.__members__]
+        if bad or not names:
+            raise ValueError(f"unknown ALE actions {bad}; valid: {list(ale_py.Action.__members__)}")
+        cropped = SCREEN_HEIGHT - settings["crop_top"] - settings["crop_bottom"]
+        if not (0 < settings["height"] <= cropped and 0 < settings["width"] <= SCREEN_WIDTH):
+            raise ValueError(f"cannot resize {cropped}x{SCREEN_WIDTH} frames to the policy's size")
+        if settings["frame_skip"] < (2 if settings["max_pool"] else 1):
+            raise ValueError(f"frame_skip {settings['frame_skip']} is too small")
+        if settings["noop_max"] < 0 or settings["max_agent_steps"] <= 0:
+            raise ValueError("noop_max must be >= 0 and max_agent_steps > 0")
+        if not 0.0 <= settings["sticky_action_prob"] <= 1.0:
+            raise ValueError(
+                f"sticky_action_prob must be in [0, 1], got {settings['sticky_action_prob']}"
+            )
+
+    def reset(self) -> np.ndarray:
+        """Starts a new game (no-ops, then FIRE where configured); returns [H, W, C] uint8."""
+        ale, noop_max = self._ale, self.settings["noop_max"]
+        ale.reset_game()
+        self.over, self.score, self.length = False, 0.0, 0
+        noops = self._rng.integers(1, noop_max + 1) if noop_max else 0
+        for _ in range(noops):
+            ale.act(ale_py.Action.NOOP)
+            if ale.game_over():
+                ale.reset_game()
+        if self._fire:
+            self.score += ale.act(ale_py.Action.FIRE)
+        ale.getScreenGrayscale(self._screens[1])
+        self._screens[0] = self._screens[1]
+        self._stack.fill(0)
+        return self._observe()
+
+    def step(self, action: int) -> tuple[np.ndarray, float]:
+        """Repeats `action` for frame_skip frames; returns (observation [H, W, C], raw reward).
+
+        Raises:
+            ValueError: the action is outside [0, num_actions).
+            RuntimeError: the game is over (call `reset()`).
+        """
+        if self.over:
+            raise RuntimeError("the game is over: call reset() to start the next one")
+        if not 0 <= action < self.num_actions:
+            raise ValueError(f"action {action} outside [0, {self.num_actions})")
+        ale, screens, skip = self._ale, self._screens, self.settings["frame_skip"]
+        ale_action = self._actions[action]
+        reward = 0.0
+        for i in range(skip):
+            reward += ale.act(ale_action)
+            if ale.game_over():
+                ale.getScreenGrayscale(screens[1])
+                screens[0] = screens[1]
+                break
+            if i >= skip - 2:  # the last two frames of the skip, for the max
+                ale.getScreenGrayscale(screens[i - skip + 2])
+        self.score += reward
+        self.length += 1
+        self.over = ale.game_over() or self.length >= self.settings["max_agent_steps"]
+        return self._observe(), reward
+
+    def _observe(self) -> np.ndarray:
+        screens = self._screens
+        frame = np.maximum(screens[0], screens[1]) if self.settings["max_pool"] else screens[1]
+        small = resize(frame[self._crop], self._rows, self._cols)  # [H, W]
+        self._stack[:, :, :-1] = self._stack[:, :, 1:]
+        self._stack[:, :, -1] = small
+        return self._stack.copy()
+
+    def screen_rgb(self) -> np.ndarray:
+        """The emulator's current screen, [210, 160, 3] uint8 RGB (for videos)."""
+        return self._ale.getScreenRGB()
+
+
+class GameRecord(NamedTuple):
+    """One played game: raw score, agent steps, and the recorded RGB screens (maybe none)."""
+
+    score: float
+    length: int
+    frames: list[np.ndarray]
+
+
+def play_games(
+    policy: Callable[[np.ndarray], dict[str, np.ndarray]],
+    preprocessing: dict,
+    episodes: int,
+    *,
+    seed: int = 0,
+    epsilon: float = 0.0,
+    record_every: int = 0,
+    **overrides,
+) -> list[GameRecord]:
+    """Plays full games one after another, epsilon-greedy on the policy's `action` output.
+
+    Args:
+        policy: maps observations [1, H, W, C] uint8 to a dict with `action` [1].
+        preprocessing: the `preprocessing` entry of `tfaccel_policy.json`.
+        episodes: number of games.
+        seed: seeds the game (see `AtariGame`) and, with 1 appended, the epsilon draws.
+        epsilon: probability of a uniformly random action at each step.
+        record_every: with k > 0, the first game keeps its RGB screen at the start and after
+            every k-th agent step (1 + length // k frames).
+        **overrides: settings that replace the preprocessing's (see `AtariGame`).
+
+    Returns:
+        One `GameRecord` per game.
+    """
+    game = AtariGame(preprocessing, seed, **overrides)
+    rng = np.random.default_rng([seed, 1])
+    records = []
+    for episode in range(episodes):
+        record = record_every > 0 and episode == 0
+        observation = game.reset()
+        frames = [game.screen_rgb()] if record else []
+        while not game.over:
+            if epsilon > 0 and rng.random() < epsilon:
+                action = int(rng.integers(game.num_actions))
+            else:
+                action = int(policy(observation[None])["action"][0])
+            observation, _ = game.step(action)
+            if record and game.length % record_every == 0:
+                frames.append(game.screen_rgb())
+        records.append(GameRecord(game.score, game.length, frames))
+    return records
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Play full games with a tfaccel policy.")
+    parser.add_argument("policy_dir")
+    parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epsilon", type=float, default=0.0)
+    args = parser.parse_args()
+    try:
+        policy, metadata = load_policy(args.policy_dir)
+        if metadata.get("preprocessing") is None:
+            raise ValueError(f"{args.policy_dir} describes no Atari preprocessing")
+        records = play_games(
+            policy, metadata["preprocessing"], args.episodes, seed=args.seed, epsilon=args.epsilon
+        )
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    for record in records:
+        print(json.dumps({"score": record.score, "length": record.length}))
+
+
+if __name__ == "__main__":
+    main()

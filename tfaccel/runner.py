@@ -1,0 +1,221 @@
+"""Builds a run from gin and runs it: collect -> train -> log / checkpoint / export, resumable.
+
+`train(root_dir)` reads every setting from gin (configs in gin_configs/). Running it again on the
+same `root_dir` resumes from the last checkpoint: network, optimizer slots and schedule position,
+counters, wall time and the policy's random generator continue; `metrics.csv` is appended to.
+The envs start new games on resume (emulator states are not checkpointed).
+
+Counters are in agent steps and env frames (frames = agent steps x frame skip); periodic work fires
+when at least its interval of frames has passed since it last fired.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+
+import gin
+import numpy as np
+
+from tfaccel import checkpoint, export, learner, networks
+from tfaccel.algorithms import a2c
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.pool import EnvPool
+from tfaccel.envs.toy import CatchConfig, ScriptedConfig
+from tfaccel.logger import MetricsLogger
+from tfaccel.sampler import OnPolicySampler, compile_act
+
+for _configurable in (AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig):
+    gin.external_configurable(_configurable, module="tfaccel")
+gin.external_configurable(a2c.loss, "a2c_loss", module="tfaccel")
+gin.external_configurable(a2c.act, "a2c_act", module="tfaccel")
+for _function in (
+    networks.a3c_torso,
+    networks.nature_torso,
+    learner.make_rmsprop,
+    learner.make_adam,
+):
+    gin.external_configurable(_function, module="tfaccel")
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks, so a stop always saves first."""
+
+    def __init__(self):
+        self.signal_name = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, number, frame):
+        self.signal_name = signal.Signals(number).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+@gin.configurable(denylist=["root_dir"])
+def train(
+    root_dir: str,
+    env=gin.REQUIRED,
+    loss_fn=gin.REQUIRED,
+    act_fn=gin.REQUIRED,
+    algorithm=gin.REQUIRED,
+    torso=networks.a3c_torso,
+    make_optimizer=learner.make_rmsprop,
+    learning_rate: float = 7e-4,
+    decay_learning_rate: bool = True,
+    num_workers: int = 2,
+    envs_per_worker: int = 16,
+    num_groups: int = 2,
+    horizon: int = 5,
+    total_frames: int = 40_000_000,
+    log_interval_frames: int = 100_000,
+    checkpoint_interval_frames: int = 2_000_000,
+    worker_niceness: int = 5,
+    seed: int = 0,
+) -> dict:
+    """Trains an on-policy agent; see the module docstring. Returns the final summary.
+
+    Args:
+        root_dir: the run directory (created; reused to resume).
+        env: env factory, e.g. `@AtariConfig()`.
+        loss_fn: the algorithm's `loss(network, rollout, config)`, e.g. `@a2c_loss`.
+        act_fn: the algorithm's act rule, e.g. `@a2c_act`.
+        algorithm: the algorithm's hyperparameters, e.g. `@A2CConfig()`.
+        torso: network torso factory (`@a3c_torso`, `@nature_torso`).
+        make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
+        learning_rate: initial learning rate.
+        decay_learning_rate: anneal it linearly to 0 over `total_frames`.
+        num_workers: env worker processes.
+        envs_per_worker: envs per worker.
+        num_groups: 1 (synchronous) or 2 (alternating groups, each trained on as it completes).
+        horizon: steps per rollout (t_max).
+        total_frames: env frames to train for (frames = agent steps x frame skip).
+        log_interval_frames: env frames between rows of metrics.csv.
+        checkpoint_interval_frames: env frames between checkpoints.
+        worker_niceness: nice value added to env workers so inference and learning get the cores.
+        seed: seeds the envs and the policy's sampling.
+    """
+    os.makedirs(root_dir, exist_ok=True)
+    frame_skip = getattr(env, "frame_skip", 1)
+    log = MetricsLogger(root_dir)
+    with EnvPool(
+        env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
+        worker_niceness=worker_niceness,
+    ) as pool:  # fmt: skip
+        updates_total = total_frames // (frame_skip * horizon * pool.group_size)
+        schedule = (
+            learner.linear_decay(learning_rate, updates_total)
+            if decay_learning_rate
+            else learning_rate
+        )
+        agent = learner.Learner(
+            lambda: networks.PolicyValueNetwork(pool.spec, torso=torso),
+            lambda network, batch: loss_fn(network, batch, algorithm),
+            lambda: make_optimizer(schedule),
+            max_grad_norm=getattr(algorithm, "max_grad_norm", 0.0),
+        )
+        act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
+        counters = checkpoint.Counters()
+        saver = checkpoint.Checkpointer(
+            os.path.join(root_dir, "checkpoints"),
+            network=agent.network, optimizer=agent.optimizer, counters=counters, generator=generator,
+        )  # fmt: skip
+        restored = saver.restore()
+        with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:
+            handle.write(gin.operative_config_str())
+        if restored:
+            log.message(
+                f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames"
+            )
+        sampler = OnPolicySampler(pool, act, value, horizon)
+        policy_dir = os.path.join(root_dir, "policy")
+        atari = env if isinstance(env, AtariConfig) else None
+
+        def save(frames: int) -> None:
+            saver.save(frames)
+            export.export_policy(agent.network, atari, policy_dir, extra={"env_frames": frames})
+
+        return _loop(sampler, agent, counters, save, log, frame_skip, total_frames,
+                     log_interval_frames, checkpoint_interval_frames)  # fmt: skip
+
+
+def _loop(sampler, agent, counters, save, log, frame_skip, total_frames, log_every, save_every):
+    """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal."""
+    base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
+    start = time.perf_counter()
+    recent = collections.deque(maxlen=20)
+    learn_seconds, metrics = 0.0, {}
+    last = {
+        "log": base_steps * frame_skip,
+        "save": base_steps * frame_skip,
+        "time": start,
+        "steps": 0,
+    }
+    frames = base_steps * frame_skip
+    with _StopRequest() as stop:
+        for _, rollout in sampler.rollouts():
+            tick = time.perf_counter()
+            metrics = agent.train(rollout)
+            learn_seconds += time.perf_counter() - tick
+            games = sampler.drain_games()
+            recent.extend(score for score, _ in games)
+            counters.games.assign_add(len(games))
+            counters.updates.assign_add(1)
+            frames = (base_steps + sampler.agent_steps) * frame_skip
+            done = frames >= total_frames or stop.signal_name is not None
+            if frames - last["log"] >= log_every or done:
+                now = time.perf_counter()
+                fps = (
+                    (sampler.agent_steps - last["steps"])
+                    * frame_skip
+                    / max(now - last["time"], 1e-9)
+                )
+                elapsed = now - start
+                row = {
+                    "env_frames": frames,
+                    "agent_steps": frames // frame_skip,
+                    "wall_s": base_wall + elapsed,
+                    "fps": fps,
+                    "episode_return_raw_mean": float(np.mean(recent)) if recent else float("nan"),
+                    "episodes": int(counters.games),
+                    "learning_rate": agent.learning_rate,
+                    "env_fraction": sampler.seconds["env"] / elapsed,
+                    "inference_fraction": sampler.seconds["inference"] / elapsed,
+                    "learn_fraction": learn_seconds / elapsed,
+                    **metrics,
+                }
+                log.write(row)
+                eta = (total_frames - frames) / max(fps, 1e-9)
+                log.progress(
+                    f"{frames:,}/{total_frames:,} frames  {fps / frame_skip:,.0f} steps/s "
+                    f"(env {row['env_fraction']:.0%} infer {row['inference_fraction']:.0%} "
+                    f"learn {row['learn_fraction']:.0%})  score {row['episode_return_raw_mean']:.1f}  "
+                    f"ETA {eta / 60:.0f} min"
+                )
+                last.update(log=frames, time=now, steps=sampler.agent_steps)
+            if frames - last["save"] >= save_every or done:
+                counters.agent_steps.assign(frames // frame_skip)
+                counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
+                save(frames)
+                last["save"] = frames
+            if done:
+                break
+    if stop.signal_name:
+        log.message(
+            f"stopped by {stop.signal_name} at {frames:,} frames; checkpoint saved: run the same command to resume"
+        )
+    return {
+        "env_frames": frames,
+        "final_score": float(np.mean(recent)) if recent else float("nan"),
+        "wall_s": base_wall + time.perf_counter() - start,
+        "stopped_by": stop.signal_name,
+        **metrics,
+    }
