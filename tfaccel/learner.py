@@ -42,6 +42,11 @@ class Learner:
         make_optimizer: builds the optimizer (called under the strategy's scope).
         max_grad_norm: gradients are clipped to this global norm (0: no clipping).
         strategy: a `tf.distribute.Strategy` (default: the current one).
+        prepare_fn: for several SGD steps per batch (PPO): `(network, batch) -> samples`, a nest
+            of tensors with a leading sample axis, computed once before the updates.
+        epochs: passes over the prepared samples, each in a new random order.
+        minibatches: SGD steps per epoch, each on 1/minibatches of the samples.
+        seed: seeds the minibatch order (a `tf.random.Generator`, checkpointed with the learner).
     """
 
     def __init__(
@@ -51,13 +56,19 @@ class Learner:
         make_optimizer: Callable[[], keras.Optimizer],
         max_grad_norm: float = 0.0,
         strategy: tf.distribute.Strategy | None = None,
+        prepare_fn: Callable | None = None,
+        epochs: int = 1,
+        minibatches: int = 1,
+        seed: int = 0,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
         self._loss_fn, self._max_grad_norm = loss_fn, max_grad_norm
+        self._prepare_fn, self._epochs, self._minibatches = prepare_fn, epochs, minibatches
         with self.strategy.scope():
             self.network = make_network()
             self.optimizer = make_optimizer()
             self.optimizer.build(self.network.trainable_variables)
+            self.generator = tf.random.Generator.from_seed(seed)
         self._train = tf.function(self._update)
 
     def _step(self, batch) -> dict:
@@ -71,8 +82,30 @@ class Learner:
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
         return dict(metrics, grad_norm=norm)
 
+    def _steps(self, batch) -> dict:
+        """One SGD step, or epochs x minibatches of them on the prepared samples."""
+        if self._prepare_fn is None:
+            return self._step(batch)
+        samples = self._prepare_fn(self.network, batch)
+        first = tf.nest.flatten(samples)[0]
+        count = first.shape[0] or tf.shape(first)[0]  # static where known: a fixed loop shape
+        size = count // self._minibatches
+
+        def minibatch(index, order):
+            start = (index % self._minibatches) * size
+            chosen = order[start : start + size]  # [size]
+            return tf.nest.map_structure(lambda x: tf.gather(x, chosen), samples)
+
+        order = tf.argsort(self.generator.uniform([count]))  # a random permutation
+        metrics = self._step(minibatch(0, order))
+        for index in tf.range(1, self._epochs * self._minibatches):
+            if index % self._minibatches == 0:
+                order = tf.argsort(self.generator.uniform([count]))
+            metrics = self._step(minibatch(index, order))
+        return metrics  # of the last minibatch
+
     def _update(self, batch) -> dict:
-        metrics = self.strategy.run(self._step, args=(batch,))
+        metrics = self.strategy.run(self._steps, args=(batch,))
         return {
             name: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
             for name, value in metrics.items()

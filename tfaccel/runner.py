@@ -20,17 +20,19 @@ import gin
 import numpy as np
 
 from tfaccel import checkpoint, export, learner, networks
-from tfaccel.algorithms import a2c
+from tfaccel.algorithms import a2c, ppo
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
 from tfaccel.logger import MetricsLogger
 from tfaccel.sampler import OnPolicySampler, compile_act
 
-for _configurable in (AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig):
+for _configurable in (AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig, ppo.PPOConfig):
     gin.external_configurable(_configurable, module="tfaccel")
 gin.external_configurable(a2c.loss, "a2c_loss", module="tfaccel")
 gin.external_configurable(a2c.act, "a2c_act", module="tfaccel")
+gin.external_configurable(ppo.loss, "ppo_loss", module="tfaccel")
+gin.external_configurable(ppo.samples, "ppo_samples", module="tfaccel")
 for _function in (
     networks.a3c_torso,
     networks.nature_torso,
@@ -67,6 +69,8 @@ def train(
     loss_fn=gin.REQUIRED,
     act_fn=gin.REQUIRED,
     algorithm=gin.REQUIRED,
+    prepare_fn=None,
+    anneal_clip: bool = False,
     torso=networks.a3c_torso,
     make_optimizer=learner.make_rmsprop,
     learning_rate: float = 7e-4,
@@ -88,7 +92,12 @@ def train(
         env: env factory, e.g. `@AtariConfig()`.
         loss_fn: the algorithm's `loss(network, rollout, config)`, e.g. `@a2c_loss`.
         act_fn: the algorithm's act rule, e.g. `@a2c_act`.
-        algorithm: the algorithm's hyperparameters, e.g. `@A2CConfig()`.
+        algorithm: the algorithm's hyperparameters, e.g. `@A2CConfig()`. Its `max_grad_norm`,
+            `epochs` and `minibatches` (where it has them) drive the learner.
+        prepare_fn: for several SGD steps per rollout, `(network, rollout, algorithm) -> samples`
+            (`@ppo_samples`); None: one step on the whole rollout.
+        anneal_clip: pass `clip = algorithm.clip x (current / initial learning rate)` to the loss
+            (PPO's clip annealing, on the learning rate's schedule).
         torso: network torso factory (`@a3c_torso`, `@nature_torso`).
         make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
         learning_rate: initial learning rate.
@@ -116,17 +125,30 @@ def train(
             if decay_learning_rate
             else learning_rate
         )
+
+        def algorithm_loss(network, batch):
+            if not anneal_clip:
+                return loss_fn(network, batch, algorithm)
+            progress = agent.optimizer.learning_rate / learning_rate  # 1 -> 0 with the schedule
+            return loss_fn(network, batch, algorithm, clip=algorithm.clip * progress)
+
         agent = learner.Learner(
             lambda: networks.PolicyValueNetwork(pool.spec, torso=torso),
-            lambda network, batch: loss_fn(network, batch, algorithm),
+            algorithm_loss,
             lambda: make_optimizer(schedule),
             max_grad_norm=getattr(algorithm, "max_grad_norm", 0.0),
+            prepare_fn=prepare_fn
+            and (lambda network, batch: prepare_fn(network, batch, algorithm)),
+            epochs=getattr(algorithm, "epochs", 1),
+            minibatches=getattr(algorithm, "minibatches", 1),
+            seed=seed,
         )
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
         counters = checkpoint.Counters()
         saver = checkpoint.Checkpointer(
             os.path.join(root_dir, "checkpoints"),
-            network=agent.network, optimizer=agent.optimizer, counters=counters, generator=generator,
+            network=agent.network, optimizer=agent.optimizer, counters=counters,
+            generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
         restored = saver.restore()
         with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:

@@ -131,7 +131,7 @@ def flatten(rollout: Rollout, advantage: tf.Tensor, value_target: tf.Tensor) -> 
 
 
 def loss(
-    network: keras.Model, batch: PPOBatch, config: PPOConfig, clip: float | tf.Tensor
+    network: keras.Model, batch: PPOBatch, config: PPOConfig, clip: float | tf.Tensor | None = None
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """The clipped-surrogate PPO loss of one minibatch.
 
@@ -145,7 +145,8 @@ def loss(
         network: `network(observation) -> (logits [N, A], value [N])` on uint8 observations.
         batch: a `PPOBatch` of N samples.
         config: the hyperparameters.
-        clip: the current clip range epsilon (a float or a scalar tensor, for annealing).
+        clip: the current clip range epsilon (a float or a scalar tensor, for annealing);
+            None: `config.clip`.
 
     Returns:
         `(loss, metrics)`: a float32 scalar, and float32 scalars `loss`, `policy_loss`,
@@ -153,7 +154,7 @@ def loss(
         KL(pi_old || pi), >= 0), `clip_fraction` (the fraction of samples with |r - 1| > clip),
         `advantage_mean` (before normalization), `explained_variance`.
     """
-    clip = tf.cast(clip, tf.float32)
+    clip = tf.cast(config.clip if clip is None else clip, tf.float32)
     logits, value = network(batch.observation)  # [N, A], [N]
     log_prob, entropy = log_prob_and_entropy(logits, batch.action)  # [N], [N]
     advantage = tf.convert_to_tensor(batch.advantage, tf.float32)  # [N]
@@ -188,3 +189,9 @@ def loss(
         "explained_variance": ops.explained_variance(value_target, value),
     }
     return total, metrics
+
+
+def samples(network: keras.Model, rollout: Rollout, config: PPOConfig) -> PPOBatch:
+    """The learner's `prepare_fn` for PPO: GAE on the whole rollout, then flat samples."""
+    advantage, value_target = prepare(network, rollout, config)
+    return flatten(rollout, advantage, value_target)
