@@ -24,21 +24,28 @@ REQUIRED_COLUMNS = (
 
 
 class MetricsLogger:
-    """Writes rows of scalars to `root_dir/metrics.csv` and to TensorBoard under `root_dir/tb`."""
+    """Writes rows of scalars to `root_dir/<name>.csv` and to TensorBoard under `root_dir/tb`
+    (`metrics`) or `root_dir/tb/<name>` (any other name, e.g. `eval`)."""
 
-    def __init__(self, root_dir: str, stream=None):
-        self.path = os.path.join(root_dir, "metrics.csv")
+    def __init__(self, root_dir: str, name: str = "metrics", stream=None):
+        self.path = os.path.join(root_dir, f"{name}.csv")
         self._columns: list[str] | None = None
         if os.path.exists(self.path):
             with open(self.path, newline="") as handle:
                 self._columns = next(csv.reader(handle), None)
-        self._writer = tf.summary.create_file_writer(os.path.join(root_dir, "tb"))
+        board = (
+            os.path.join(root_dir, "tb")
+            if name == "metrics"
+            else os.path.join(root_dir, "tb", name)
+        )
+        self._writer = tf.summary.create_file_writer(board)
         self._stream = stream or sys.stdout
         self._live = hasattr(self._stream, "isatty") and self._stream.isatty()
 
     def write(self, row: dict) -> None:
         if self._columns is None:
-            self._columns = list(REQUIRED_COLUMNS) + sorted(set(row) - set(REQUIRED_COLUMNS))
+            required = [name for name in REQUIRED_COLUMNS if name in row]
+            self._columns = required + sorted(set(row) - set(required))
             with open(self.path, "w", newline="") as handle:
                 csv.writer(handle).writerow(self._columns)
         with open(self.path, "a", newline="") as handle:

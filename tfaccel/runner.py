@@ -19,7 +19,7 @@ import time
 import gin
 import numpy as np
 
-from tfaccel import checkpoint, export, learner, networks
+from tfaccel import checkpoint, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, ppo
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
@@ -82,6 +82,8 @@ def train(
     total_frames: int = 40_000_000,
     log_interval_frames: int = 100_000,
     checkpoint_interval_frames: int = 2_000_000,
+    eval_episodes: int = 0,
+    eval_epsilon: float = 0.0,
     worker_niceness: int = 5,
     seed: int = 0,
 ) -> dict:
@@ -108,13 +110,17 @@ def train(
         horizon: steps per rollout (t_max).
         total_frames: env frames to train for (frames = agent steps x frame skip).
         log_interval_frames: env frames between rows of metrics.csv.
-        checkpoint_interval_frames: env frames between checkpoints.
+        checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
+        eval_episodes: full games played by the exported policy at each checkpoint (Atari only;
+            no life-loss ends, raw score, the noop starts of training); 0: no evaluation.
+        eval_epsilon: epsilon-greedy exploration of those games.
         worker_niceness: nice value added to env workers so inference and learning get the cores.
         seed: seeds the envs and the policy's sampling.
     """
     os.makedirs(root_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
     log = MetricsLogger(root_dir)
+    eval_log = MetricsLogger(root_dir, "eval")
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
         worker_niceness=worker_niceness,
@@ -161,16 +167,21 @@ def train(
         policy_dir = os.path.join(root_dir, "policy")
         atari = env if isinstance(env, AtariConfig) else None
 
-        def save(frames: int) -> None:
+        def save(frames: int) -> dict:
             saver.save(frames)
             export.export_policy(agent.network, atari, policy_dir, extra={"env_frames": frames})
+            if not (eval_episodes and atari):
+                return {}
+            scores = evaluate.evaluate(policy_dir, eval_episodes, epsilon=eval_epsilon, seed=seed)
+            return {"eval_return_mean": scores["mean"], "eval_return_std": scores["std"]}
 
-        return _loop(sampler, agent, counters, save, log, frame_skip, total_frames,
+        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, total_frames,
                      log_interval_frames, checkpoint_interval_frames)  # fmt: skip
 
 
-def _loop(sampler, agent, counters, save, log, frame_skip, total_frames, log_every, save_every):
+def _loop(sampler, agent, counters, save, logs, frame_skip, total_frames, log_every, save_every):
     """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal."""
+    log, eval_log = logs
     base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
     start = time.perf_counter()
     recent = collections.deque(maxlen=20)
@@ -226,7 +237,13 @@ def _loop(sampler, agent, counters, save, log, frame_skip, total_frames, log_eve
             if frames - last["save"] >= save_every or done:
                 counters.agent_steps.assign(frames // frame_skip)
                 counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
-                save(frames)
+                evaluation = save(frames)
+                if evaluation:
+                    eval_log.write({"env_frames": frames, "agent_steps": frames // frame_skip,
+                               "wall_s": base_wall + time.perf_counter() - start, **evaluation})  # fmt: skip
+                    log.message(
+                        f"evaluation at {frames:,} frames: {evaluation['eval_return_mean']:.1f}"
+                    )
                 last["save"] = frames
             if done:
                 break

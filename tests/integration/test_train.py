@@ -27,7 +27,7 @@ def rows(root_dir):
 
 
 def test_smoke_run_writes_every_artifact(tmp_path):
-    result = train(tmp_path, *SMOKE)
+    result = train(tmp_path, *SMOKE, "--gin_bindings=train.eval_episodes = 1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "done: 2,000 frames" in result.stdout
     table = rows(tmp_path)
@@ -49,6 +49,9 @@ def test_smoke_run_writes_every_artifact(tmp_path):
     assert any(name.startswith("events") for name in os.listdir(tmp_path / "tb"))
     metadata = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
     assert metadata["preprocessing"]["game"] == "pong" and metadata["extra"]["env_frames"] == 2000
+    evaluations = list(csv.DictReader(open(tmp_path / "eval.csv", newline="")))
+    assert [int(row["env_frames"]) for row in evaluations][-1] == 2000
+    assert float(evaluations[-1]["eval_return_mean"]) <= -15  # an untrained Pong policy loses
 
 
 def test_same_command_resumes_counters_and_csv(tmp_path):

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""A training run's learning curve and figures, from its metrics.csv, as JSON and PNG.
+
+    .venv/bin/python benchmarks/summarize_run.py --run_dir=/work/runs/a2c_pong --name=a2c_pong \
+        --target=18
+
+Writes benchmarks/results/<name>.json (the final and best score as the mean of the last 20 full
+games, frames and wall time to reach the target, steps/s and its env/inference/learning split)
+and benchmarks/results/<name>.png (raw score against frames and against wall time).
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run_dir", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--target", type=float, default=18.0)
+    args = parser.parse_args()
+    path = os.path.join(args.run_dir, "metrics.csv")
+    if not os.path.exists(path):
+        sys.exit(f"error: no metrics.csv in {args.run_dir}")
+    with open(path, newline="") as handle:
+        rows = [row for row in csv.DictReader(handle)]
+    frames = [int(row["env_frames"]) for row in rows]
+    wall = [float(row["wall_s"]) for row in rows]
+    score = [float(row["episode_return_raw_mean"]) for row in rows]
+    reached = [i for i, s in enumerate(score) if not math.isnan(s) and s >= args.target]
+    last = rows[-1]
+    summary = {
+        "name": args.name,
+        "run_dir": args.run_dir,
+        "env_frames": frames[-1],
+        "wall_s": wall[-1],
+        "final_score": score[-1],
+        "best_score": max((s for s in score if not math.isnan(s)), default=float("nan")),
+        "target": args.target,
+        "frames_to_target": frames[reached[0]] if reached else None,
+        "wall_s_to_target": wall[reached[0]] if reached else None,
+        "agent_steps_per_s": frames[-1] / 4 / wall[-1] if wall[-1] else 0.0,
+        "time_split_last_interval": {
+            part: float(last[f"{part}_fraction"]) for part in ("env", "inference", "learn")
+        },
+        "command": " ".join(sys.argv),
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, f"{args.name}.json"), "w") as handle:
+        json.dump(summary, handle, indent=2)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (by_frames, by_wall) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    by_frames.plot([f / 1e6 for f in frames], score)
+    by_frames.set_xlabel("env frames (millions)")
+    by_frames.set_ylabel("raw score, mean of last 20 games")
+    by_wall.plot([w / 60 for w in wall], score)
+    by_wall.set_xlabel("wall time (minutes)")
+    for axes in (by_frames, by_wall):
+        axes.axhline(args.target, color="gray", linestyle=":")
+        axes.grid(alpha=0.3)
+    figure.suptitle(args.name)
+    figure.tight_layout()
+    figure.savefig(os.path.join(RESULTS, f"{args.name}.png"), dpi=110)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
