@@ -84,6 +84,7 @@ def train(
     checkpoint_interval_frames: int = 2_000_000,
     eval_episodes: int = 0,
     eval_epsilon: float = 0.0,
+    max_wall_seconds: float = 0.0,
     worker_niceness: int = 5,
     seed: int = 0,
 ) -> dict:
@@ -114,6 +115,8 @@ def train(
         eval_episodes: full games played by the exported policy at each checkpoint (Atari only;
             no life-loss ends, raw score, the noop starts of training); 0: no evaluation.
         eval_epsilon: epsilon-greedy exploration of those games.
+        max_wall_seconds: also stop (and save) after this much wall time in this process (0: no
+            limit); the same command continues the run.
         worker_niceness: nice value added to env workers so inference and learning get the cores.
         seed: seeds the envs and the policy's sampling.
     """
@@ -175,13 +178,14 @@ def train(
             scores = evaluate.evaluate(policy_dir, eval_episodes, epsilon=eval_epsilon, seed=seed)
             return {"eval_return_mean": scores["mean"], "eval_return_std": scores["std"]}
 
-        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, total_frames,
-                     log_interval_frames, checkpoint_interval_frames)  # fmt: skip
+        limits = (total_frames, max_wall_seconds, log_interval_frames, checkpoint_interval_frames)
+        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, limits)
 
 
-def _loop(sampler, agent, counters, save, logs, frame_skip, total_frames, log_every, save_every):
+def _loop(sampler, agent, counters, save, logs, frame_skip, limits):
     """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal."""
     log, eval_log = logs
+    total_frames, max_wall_seconds, log_every, save_every = limits
     base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
     start = time.perf_counter()
     recent = collections.deque(maxlen=20)
@@ -193,6 +197,14 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, total_frames, log_ev
         "steps": 0,
     }
     frames = base_steps * frame_skip
+    if frames >= total_frames:
+        log.message(f"the run is complete ({frames:,} frames); raise train.total_frames to go on")
+        return {
+            "env_frames": frames,
+            "final_score": float("nan"),
+            "wall_s": base_wall,
+            "stopped_by": None,
+        }
     with _StopRequest() as stop:
         for _, rollout in sampler.rollouts():
             tick = time.perf_counter()
@@ -203,7 +215,8 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, total_frames, log_ev
             counters.games.assign_add(len(games))
             counters.updates.assign_add(1)
             frames = (base_steps + sampler.agent_steps) * frame_skip
-            done = frames >= total_frames or stop.signal_name is not None
+            out_of_time = max_wall_seconds and time.perf_counter() - start >= max_wall_seconds
+            done = frames >= total_frames or stop.signal_name is not None or out_of_time
             if frames - last["log"] >= log_every or done:
                 now = time.perf_counter()
                 fps = (

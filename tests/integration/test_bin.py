@@ -23,6 +23,7 @@ def test_bench_sampler_writes_json_and_plot(tmp_path):
         "--seconds=0.5",
         "--layouts=1x2,2x2",
         "--inference_layouts=1x2",
+        "--training_layouts=1x2",
         "--peer_envs=2",
         "--peers=ale_py_vector",
         f"--json={out}",
@@ -33,7 +34,14 @@ def test_bench_sampler_writes_json_and_plot(tmp_path):
     assert data["game"] == "pong" and data["obs_shape"] == [104, 80, 4]
     assert data["raw_limit_sps"] == pytest.approx(data["raw_single_process_sps"] * data["cpus"])
     kinds = [(r["envs"], r["inference"]) for r in data["results"]]
-    assert kinds == [(2, "none"), (4, "none"), (2, "synchronous"), (2, "alternating")]
+    assert kinds == [
+        (2, "none"),
+        (4, "none"),
+        (2, "synchronous"),
+        (2, "alternating"),
+        (2, "training"),
+    ]
+    assert 0 < data["summary"]["end_to_end_training_over_limit"] < 1
     assert all(r["sps"] > 0 for r in data["results"] + data["peers"])
     assert [p["sampler"] for p in data["peers"]] == ["ale_py_vector"]
     assert data["git_revision"] and data["command"].startswith("bin/bench_sampler")

@@ -66,6 +66,9 @@ def test_same_command_resumes_counters_and_csv(tmp_path):
     wall = [float(row["wall_s"]) for row in table]
     assert wall == sorted(wall)  # wall time continues too
     assert open(tmp_path / "metrics.csv").read().count("env_frames") == 1  # one header
+    again = train(tmp_path, *SMOKE)  # nothing left to do: says so and trains no further
+    assert again.returncode == 0 and "the run is complete" in again.stdout
+    assert len(rows(tmp_path)) == len(table)
 
 
 def test_sigint_saves_a_checkpoint_and_the_run_resumes(tmp_path):

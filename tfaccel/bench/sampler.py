@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tfaccel.bench import end_to_end
 from tfaccel.bench.peers import PEERS, timed
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 
-INFERENCE_KINDS = ("none", "synchronous", "alternating")
+INFERENCE_KINDS = ("none", "synchronous", "alternating", "training")
 
 
 def raw_single_process_sps(config: AtariConfig, seconds: float) -> float:
@@ -172,6 +173,7 @@ def run(
     peer_envs: Sequence[int],
     peers: Sequence[str] = tuple(PEERS),
     worker_niceness: int = 5,
+    training_layouts: Sequence[tuple[int, int]] = (),
     log: Callable[[str], None] = print,
 ) -> dict:
     """Measures everything in one run and returns the JSON of BENCHMARKS.md.
@@ -232,6 +234,11 @@ def run(
         for kind in ("synchronous", "alternating"):
             row = pool_sps(config, workers, per_worker, kind, seconds, worker_niceness)
             _add_row(result, log, workers, per_worker, kind, row)
+    for workers, per_worker in training_layouts:
+        row = end_to_end.training_sps(
+            config.game, workers, per_worker, 2 * seconds, warmup=min(15.0, 5.0 + seconds)
+        )
+        _add_row(result, log, workers, per_worker, "training", row)
     _measure_limit_again(result, raws, config, seconds, cpus, log)
     return result
 
@@ -260,11 +267,20 @@ def _add_row(result, log, workers, per_worker, inference, measured: dict) -> Non
     }
     row.update(measured)
     result["results"].append(row)
+    if inference == "training":
+        detail = (
+            f"wall: env {row['env_fraction']:.0%}, inference {row['inference_fraction']:.0%}, "
+            f"learning {row['learn_fraction']:.0%}"
+        )
+    else:
+        detail = (
+            f"per step workers {row['workers_cpu_us']:.0f} us cpu, caller "
+            f"{row['caller_cpu_us']:.0f} us cpu, policy {row['policy_us']:.0f} us, "
+            f"wait {row['wait_us']:.0f} us"
+        )
     log(
         f"{'tfaccel':>20} {workers * per_worker:>4} envs   {inference:<12} {sps:>8,.0f}  "
-        f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker}; per step "
-        f"workers {row['workers_cpu_us']:.0f} us cpu, caller {row['caller_cpu_us']:.0f} us cpu, "
-        f"policy {row['policy_us']:.0f} us, wait {row['wait_us']:.0f} us)"
+        f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker}; {detail})"
     )
 
 
@@ -273,11 +289,16 @@ def summary(result: dict) -> dict:
     limit = result["raw_limit_sps"]
     best_none = max((r["sps"] for r in result["results"] if r["inference"] == "none"), default=0.0)
     best_policy = max(
-        (r["sps"] for r in result["results"] if r["inference"] != "none"), default=0.0
+        (r["sps"] for r in result["results"] if r["inference"] in ("synchronous", "alternating")),
+        default=0.0,
+    )
+    best_training = max(
+        (r["sps"] for r in result["results"] if r["inference"] == "training"), default=0.0
     )
     ratios = {
         "best_random_over_limit": best_none / limit,
         "best_inference_over_limit": best_policy / limit,
+        "end_to_end_training_over_limit": best_training / limit,
         "parallel_raw_over_limit": result["raw_parallel_sps"] / limit,
         "best_random_over_parallel_raw": best_none / result["raw_parallel_sps"],
         "best_inference_over_parallel_raw": best_policy / result["raw_parallel_sps"],

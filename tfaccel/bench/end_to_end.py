@@ -1,0 +1,61 @@
+"""End-to-end training throughput: bin/train for a while, agent steps/s read from metrics.csv.
+
+The third level of BENCHMARKS.md: simulation, inference and learning share the cores. The run
+starts in a fresh process (its own TensorFlow, as a user runs it); the first `warmup` seconds
+(process start, tracing) are left out of the figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def training_sps(
+    game: str,
+    workers: int,
+    envs_per_worker: int,
+    seconds: float,
+    config: str = "a2c.gin",
+    num_groups: int = 2,
+    warmup: float = 15.0,
+) -> dict:
+    """Trains `config` for `warmup + seconds` and returns agent steps/s and the time split.
+
+    Raises:
+        RuntimeError: the training command failed (its last output lines are in the message).
+    """
+    with tempfile.TemporaryDirectory() as root_dir:
+        bindings = [
+            f"AtariConfig.game = '{game}'",
+            f"train.num_workers = {workers}",
+            f"train.envs_per_worker = {envs_per_worker}",
+            f"train.num_groups = {num_groups}",
+            "train.total_frames = 10_000_000_000",
+            f"train.max_wall_seconds = {warmup + seconds}",
+            "train.log_interval_frames = 2_000",
+            "train.checkpoint_interval_frames = 10_000_000_000",
+        ]
+        command = [sys.executable, os.path.join(ROOT, "bin", "train"), f"--gin_file={config}"]
+        command += [f"--root_dir={root_dir}"] + [f"--gin_bindings={b}" for b in bindings]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+        with open(os.path.join(root_dir, "metrics.csv"), newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    settled = [row for row in rows if float(row["wall_s"]) >= warmup]
+    first, last = (settled if len(settled) >= 2 else rows)[0], rows[-1]
+    elapsed = float(last["wall_s"]) - float(first["wall_s"])
+    steps = int(last["agent_steps"]) - int(first["agent_steps"])
+    return {
+        "sps": steps / elapsed if elapsed > 0 else 0.0,
+        "env_fraction": float(last["env_fraction"]),
+        "inference_fraction": float(last["inference_fraction"]),
+        "learn_fraction": float(last["learn_fraction"]),
+        "config": config,
+    }
