@@ -1,0 +1,36 @@
+"""Terminal hygiene for the bin/ commands (no TensorFlow import at module level)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+@contextlib.contextmanager
+def stderr_silenced():
+    """Sends file descriptor 2 to /dev/null for the duration (C++ logs printed by a library).
+
+    TensorFlow 2.21 prints oneDNN, CUDA-probe and CPU-feature lines on import and on device setup,
+    before its logging honours TF_CPP_MIN_LOG_LEVEL; the commands import it inside this context so
+    a user error still ends with one line. Python exceptions raised inside are not lost: they are
+    printed after the context restores stderr.
+    """
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def import_tensorflow_quietly():
+    """Imports TensorFlow and sets up its devices without the start-up log lines."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with stderr_silenced():
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
+    return tf
