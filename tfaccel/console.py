@@ -26,11 +26,17 @@ def stderr_silenced():
         os.close(null)
 
 
-def import_tensorflow_quietly():
-    """Imports TensorFlow and sets up its devices without the start-up log lines."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with stderr_silenced():
-        import tensorflow as tf
+def set_up_tensorflow(threads: int = 0):
+    """Sets TensorFlow's thread pools (0: its default, one thread per core) and initializes its
+    devices without the start-up log lines. Call before the first TensorFlow op of the process.
+    """
+    import tensorflow as tf
 
+    if threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:  # already initialized in this process (e.g. a second run in tests)
+            pass
+    with stderr_silenced():
         tf.config.list_logical_devices()
-    return tf

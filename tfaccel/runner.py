@@ -19,7 +19,7 @@ import time
 import gin
 import numpy as np
 
-from tfaccel import checkpoint, evaluate, export, learner, networks
+from tfaccel import checkpoint, console, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, ppo
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
@@ -86,6 +86,7 @@ def train(
     eval_epsilon: float = 0.0,
     max_wall_seconds: float = 0.0,
     worker_niceness: int = 5,
+    tf_threads: int = 0,
     seed: int = 0,
 ) -> dict:
     """Trains an on-policy agent; see the module docstring. Returns the final summary.
@@ -118,8 +119,10 @@ def train(
         max_wall_seconds: also stop (and save) after this much wall time in this process (0: no
             limit); the same command continues the run.
         worker_niceness: nice value added to env workers so inference and learning get the cores.
+        tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
         seed: seeds the envs and the policy's sampling.
     """
+    console.set_up_tensorflow(tf_threads)
     os.makedirs(root_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
     log = MetricsLogger(root_dir)
