@@ -102,14 +102,17 @@ def test_learns_catch_in_seconds(tmp_path, config):
     assert max(scores[-3:]) >= 0.6, scores
 
 
-def test_ppo_smoke_run_trains_and_exports(tmp_path):
-    result = train(
-        tmp_path, "--gin_file=ppo.gin", "--gin_file=smoke.gin", "--gin_bindings=train.horizon = 16"
-    )
+@pytest.mark.parametrize(
+    "config, columns",
+    [("ppo.gin", {"approx_kl", "clip_fraction"}), ("a2c_256.gin", {"policy_loss", "entropy"})],
+)
+def test_every_config_runs_with_smoke(tmp_path, config, columns):
+    bindings = ["--gin_bindings=train.horizon = 16"] if config == "ppo.gin" else []
+    result = train(tmp_path, f"--gin_file={config}", "--gin_file=smoke.gin", *bindings)
     assert result.returncode == 0, result.stderr[-3000:]
     table = rows(tmp_path)
     assert int(table[-1]["env_frames"]) >= 2000
-    assert {"approx_kl", "clip_fraction"} <= set(table[-1])
+    assert columns <= set(table[-1])
     assert (tmp_path / "policy" / "saved_model.pb").exists()
 
 
