@@ -24,6 +24,7 @@ def training_sps(
     config: str = "a2c.gin",
     num_groups: int = 2,
     warmup: float = 15.0,
+    extra_bindings: tuple[str, ...] = (),
 ) -> dict:
     """Trains `config` for `warmup + seconds` and returns agent steps/s and the time split.
 
@@ -40,6 +41,7 @@ def training_sps(
             f"train.max_wall_seconds = {warmup + seconds}",
             "train.log_interval_frames = 2_000",
             "train.checkpoint_interval_frames = 10_000_000_000",
+            *extra_bindings,
         ]
         command = [sys.executable, os.path.join(ROOT, "bin", "train"), f"--gin_file={config}"]
         command += [f"--root_dir={root_dir}"] + [f"--gin_bindings={b}" for b in bindings]
