@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from tests.algorithms.test_a2c import TinyNetwork, random_rollout
 from tfaccel import checkpoint, learner
@@ -52,6 +53,7 @@ def test_checkpoint_restores_network_optimizer_counters_and_generators(tmp_path)
     agent.train(random_rollout(seed=3))
     counters = checkpoint.Counters()
     counters.agent_steps.assign(1234)
+    counters.remember_scores([-21.0, -20.0, 3.0])
     saver = checkpoint.Checkpointer(
         str(tmp_path), network=agent.network, optimizer=agent.optimizer, counters=counters,
         generator=agent.generator,
@@ -62,6 +64,7 @@ def test_checkpoint_restores_network_optimizer_counters_and_generators(tmp_path)
 
     agent.train(random_rollout(seed=4))  # change everything
     counters.agent_steps.assign(0)
+    counters.remember_scores([1.0] * 30)
     assert not all(
         np.array_equal(a, v.numpy()) for a, v in zip(saved, agent.network.variables, strict=False)
     )
@@ -71,6 +74,7 @@ def test_checkpoint_restores_network_optimizer_counters_and_generators(tmp_path)
     for a, b in zip(saved, restored, strict=True):
         np.testing.assert_array_equal(a, b)
     assert int(counters.agent_steps) == 1234
+    assert counters.recalled_scores() == [-21.0, -20.0, 3.0]
     np.testing.assert_array_equal(agent.generator.uniform([3]).numpy(), draws)  # same stream
 
 
@@ -97,3 +101,14 @@ print("ok", strategy.num_replicas_in_sync)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "ok 2" in out.stdout, out.stderr[-3000:]
+
+
+def test_checkpoint_from_an_older_program_restores_what_it_has(tmp_path):
+    old = tf.Module()
+    old.steps = tf.Variable(7, dtype=tf.int64)
+    checkpoint.Checkpointer(str(tmp_path), counters=old).save(1)
+    newer = checkpoint.Counters()  # has more variables than the old program's counters
+    newer.agent_steps = tf.Variable(0, dtype=tf.int64)  # not the old name: stays 0
+    restored = checkpoint.Checkpointer(str(tmp_path), counters=newer)
+    assert restored.restore().endswith("ckpt-1")
+    assert newer.recalled_scores() == []

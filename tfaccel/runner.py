@@ -191,7 +191,7 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits):
     total_frames, max_wall_seconds, log_every, save_every = limits
     base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
     start = time.perf_counter()
-    recent = collections.deque(maxlen=20)
+    recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
     learn_seconds, metrics = 0.0, {}
     last = {
         "log": base_steps * frame_skip,
@@ -253,6 +253,7 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits):
             if frames - last["save"] >= save_every or done:
                 counters.agent_steps.assign(frames // frame_skip)
                 counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
+                counters.remember_scores(recent)
                 evaluation = save(frames)
                 if evaluation:
                     eval_log.write({"env_frames": frames, "agent_steps": frames // frame_skip,
