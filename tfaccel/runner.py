@@ -162,12 +162,15 @@ def train(
             network=agent.network, optimizer=agent.optimizer, counters=counters,
             generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
+        tick = time.perf_counter()
         restored = saver.restore()
+        restore_seconds = time.perf_counter() - tick
         with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:
             handle.write(gin.operative_config_str())
         if restored:
             log.message(
-                f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames"
+                f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames "
+                f"(restored in {restore_seconds:.2f} s)"
             )
         sampler = OnPolicySampler(pool, act, value, horizon)
         policy_dir = os.path.join(root_dir, "policy")
