@@ -1,0 +1,394 @@
+"""Replay memory of the DQN family: per-env ring buffers, frame de-duplication, n-step, priorities.
+
+Organized by simulator as in Stooke & Abbeel (2018), section 4: B envs write one step each per
+`add`, into a [T, B] ring (T = capacity // B). Each frame is stored once: a step keeps only the
+newest frame of its observation, and `stack`-frame observations are rebuilt at sample time from the
+ring, with zeros before an episode's first frame, exactly as `tfaccel.envs.frames.FrameStack` builds
+them. The last frame of a truncated episode (needed for its bootstrap) goes to a small side ring.
+
+Indices: the transition of env b at global step u lives at `index = (u % T) * B + b`.
+
+A transition u has the n-step target `R = sum_{k<n'} discount^k r_{u+k}` up to the first episode
+end within n steps (n' <= n), the bootstrap discount `discount^n' * (1 - terminated)`, and the
+bootstrap observation: the observation at u + n (no end), the episode's final observation (a
+truncation at u + n' - 1), or, after a termination at e = u + n' - 1, the observation acted on at e
+(a placeholder: its discount is 0). It is valid (sampleable) when its window is complete, every
+frame it needs is still in the ring, and a truncation's final frame is still in the side ring.
+
+Streams: the first `add` after construction or `load_state_dict` starts a new stream. Its
+observation counts as an episode start if its older frames are all zero; otherwise the first
+`stack - 1` steps (whose history is missing) are not sampleable. The last step of the previous
+stream is cut: transitions whose n-step window reaches it are never sampleable.
+
+Numpy only.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+_NONE, _TERMINATED, _TRUNCATED, _CUT = 0, 1, 2, 3  # how a step ended (uint8 codes)
+
+
+class SumTree:
+    """Sums of non-negative priorities over `capacity` leaves, in one numpy array.
+
+    Node i has children 2i and 2i + 1; the root is node 1; leaf j is node `size + j`, where
+    `size` is the smallest power of two >= capacity. `sample` maps each value in [0, total) to the
+    leaf whose prefix-sum interval contains it.
+
+    Example:
+        >>> tree = SumTree(4)
+        >>> tree.update(np.array([0, 1, 2, 3, 3]), np.array([1.0, 2.0, 3.0, 9.0, 4.0]))
+        >>> tree.total()  # the last write to leaf 3 wins: 1 + 2 + 3 + 4
+        10.0
+        >>> tree.sample(np.array([0.0, 0.99, 1.0, 2.5, 3.0, 6.0, 9.99])).tolist()
+        [0, 0, 1, 1, 2, 3, 3]
+
+    (leaf intervals: 0 -> [0, 1), 1 -> [1, 3), 2 -> [3, 6), 3 -> [6, 10)).
+    """
+
+    def __init__(self, capacity: int):
+        """Args:
+        capacity: number of leaves.
+        """
+        self.capacity = int(capacity)
+        self.size = 1 << max(0, (self.capacity - 1).bit_length())
+        self.depth = self.size.bit_length() - 1
+        self.nodes = np.zeros(2 * self.size, np.float64)  # [2 * size], node 0 unused
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets leaves `indices` [K] to `priorities` [K]; where an index repeats, the last wins."""
+        indices = np.asarray(indices, np.int64).ravel()
+        priorities = np.broadcast_to(np.asarray(priorities, np.float64), indices.shape)
+        if indices.size == 0:
+            return
+        _, last = np.unique(indices[::-1], return_index=True)  # first in reverse = last write
+        keep = indices.size - 1 - last
+        nodes = indices[keep] + self.size
+        self.nodes[nodes] = priorities[keep]
+        for _ in range(self.depth):
+            nodes = np.unique(nodes // 2)
+            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
+
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    def get(self, indices: np.ndarray) -> np.ndarray:
+        """Priorities [K] of leaves `indices` [K]."""
+        return self.nodes[np.asarray(indices, np.int64) + self.size]
+
+    def sample(self, uniform_values: np.ndarray) -> np.ndarray:
+        """Leaf indices [K] (int64) whose prefix-sum intervals contain `uniform_values` [K]."""
+        values = np.array(uniform_values, np.float64)  # [K], a copy: consumed by the descent
+        nodes = np.ones(values.shape, np.int64)
+        for _ in range(self.depth):
+            left = 2 * nodes
+            left_sum = self.nodes[left]
+            right = values >= left_sum
+            values -= np.where(right, left_sum, 0.0)
+            nodes = left + right
+        return np.minimum(nodes - self.size, self.capacity - 1)
+
+
+class ReplayBatch(NamedTuple):
+    """N sampled transitions (time flattened), with their n-step targets."""
+
+    observation: np.ndarray  # [N, H, W, stack] uint8, o_tm1
+    action: np.ndarray  # [N] int32, a_tm1
+    reward: np.ndarray  # [N] float32, the n-step return
+    discount: np.ndarray  # [N] float32, discount^n' * (1 - terminated)
+    next_observation: np.ndarray  # [N, H, W, stack] uint8, the bootstrap observation
+    weight: np.ndarray  # [N] float32, importance weights (ones when uniform)
+    index: np.ndarray  # [N] int64, for `update_priorities`
+
+
+class ReplayBuffer:
+    """Per-env ring buffers of single frames, with n-step targets and optional priorities."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        capacity: int,
+        frame_shape: tuple[int, int],
+        stack: int = 4,
+        n_step: int = 1,
+        discount: float = 0.99,
+        prioritized: bool = False,
+        alpha: float = 0.5,
+        epsilon: float = 1e-6,
+        seed: int = 0,
+        truncation_capacity: int | None = None,
+    ):
+        """Args:
+        num_envs: B, the envs that write one step each per `add`.
+        capacity: total size in transitions; each env keeps the last T = capacity // B steps.
+        frame_shape: (H, W) of one frame.
+        stack: frames per observation (the env's frame stack, last axis, oldest first).
+        n_step: n, the steps summed into the return before bootstrapping.
+        discount: gamma, the per-step discount.
+        prioritized: sample in proportion to priority^alpha (Schaul et al., 2016) instead of
+            uniformly; new transitions get the largest priority seen so far.
+        alpha: priority exponent (0: uniform).
+        epsilon: floor of a priority, so every transition keeps a chance to be drawn.
+        seed: seed of the sampling generator.
+        truncation_capacity: final frames of truncated episodes kept in the side ring (default
+            4 * B + capacity // 256); a truncated transition whose final frame was overwritten is
+            no longer sampleable.
+        """
+        self.num_envs, self.stack, self.n_step = int(num_envs), int(stack), int(n_step)
+        self.frame_shape = tuple(int(s) for s in frame_shape)
+        self.time = int(capacity) // self.num_envs  # T
+        if self.time <= self.n_step + self.stack:
+            raise ValueError(f"capacity {capacity} is too small: need > (n_step + stack) * B")
+        self.discount, self.prioritized = float(discount), bool(prioritized)
+        self.alpha, self.epsilon = float(alpha), float(epsilon)
+        self.final_capacity = int(truncation_capacity or 4 * num_envs + capacity // 256)  # F
+        T, B, F = self.time, self.num_envs, self.final_capacity
+        self._rng = np.random.default_rng(seed)
+        self._frames = np.zeros((T, B, *self.frame_shape), np.uint8)  # newest frame of o_u
+        self._action = np.zeros((T, B), np.int32)
+        self._reward = np.zeros((T, B), np.float32)
+        self._end = np.zeros((T, B), np.uint8)  # _NONE, _TERMINATED, _TRUNCATED or _CUT
+        self._start = np.zeros((T, B), np.int64)  # step of the episode's first frame
+        self._stack_ok = np.zeros((T, B), bool)  # o_u's frames were all stored in its stream
+        self._final_id = np.full((T, B), -1, np.int64)  # side-ring id, where truncated
+        self._final_frames = np.zeros((F, *self.frame_shape), np.uint8)
+        self._final_step = np.zeros(F, np.int64)  # step of the truncation that wrote each entry
+        self._valid = np.zeros((T, B), bool)
+        self._tree = SumTree(T * B)
+        self._count = 0  # steps added (the next step's index)
+        self._finals = 0  # final frames written
+        self._num_valid = 0
+        self._max_priority = 1.0  # largest priority^alpha so far
+        self._stream_start = 0
+
+    def __len__(self) -> int:
+        return self._num_valid
+
+    def add(self, observation, action, reward, terminated, truncated, final_observation) -> None:
+        """Stores one step of every env.
+
+        Args:
+            observation: [B, H, W, stack] uint8, the observation the action was taken on.
+            action: [B], the action taken.
+            reward: [B], the step's reward (from the `PoolStep` it produced).
+            terminated: [B] bool, the step ended the episode without a bootstrap.
+            truncated: [B] bool, the step ended the episode with a bootstrap.
+            final_observation: [B, H, W, stack], the ended episode's last observation (read where
+                truncated).
+        """
+        observation = np.asarray(observation)
+        expected = (self.num_envs, *self.frame_shape, self.stack)
+        if observation.shape != expected:
+            raise ValueError(f"observation shape {observation.shape}, expected {expected}")
+        t, T, S = self._count, self.time, self.stack
+        slot, terminated = t % T, np.asarray(terminated, bool)
+        truncated = np.asarray(truncated, bool) & ~terminated
+        if t == self._stream_start:
+            if t > 0:  # cut the previous stream
+                prev = self._end[(t - 1) % T]
+                prev[prev == _NONE] = _CUT
+            fresh = ~observation[..., :-1].any(axis=(1, 2, 3))  # [B] older frames all zero
+            start = np.where(fresh, t, t - S)  # unknown history: the first S - 1 stacks miss it
+        else:
+            prev = (t - 1) % T
+            start = np.where(self._end[prev] != _NONE, t, self._start[prev])  # [B]
+        self._invalidate(slot)  # step t - T leaves; step t must not inherit its priority
+        self._frames[slot] = observation[..., -1]
+        self._action[slot] = action
+        self._reward[slot] = reward
+        self._end[slot] = np.where(terminated, _TERMINATED, np.where(truncated, _TRUNCATED, _NONE))
+        self._start[slot] = start
+        self._stack_ok[slot] = np.maximum(start, t - S + 1) >= self._stream_start
+        self._final_id[slot] = -1
+        refresh = [t - np.arange(self.n_step + 1), t + 1 + np.arange(S - 1)]
+        ids = self._finals + np.arange(int(truncated.sum()))  # [K]
+        if ids.size:
+            lost = ids[ids >= self.final_capacity] % self.final_capacity
+            for k in range(self.n_step):  # windows that reached an overwritten final frame
+                refresh.append(self._final_step[lost] - k)
+            final = np.asarray(final_observation)[truncated][..., -1]  # [K, H, W]
+            self._final_frames[ids % self.final_capacity] = final
+            self._final_step[ids % self.final_capacity] = t
+            self._final_id[slot, truncated] = ids
+            self._finals += ids.size
+        self._count = t + 1
+        self._refresh(np.unique(np.concatenate(refresh) % T))
+
+    def _steps(self, slots: np.ndarray) -> np.ndarray:
+        """The global step [K] now held by ring slots [K]."""
+        latest = self._count - 1
+        return latest - (latest - slots) % self.time
+
+    def _invalidate(self, slot: int) -> None:
+        self._num_valid -= int(self._valid[slot].sum())
+        self._valid[slot] = False
+        if self.prioritized:
+            self._tree.update(slot * self.num_envs + np.arange(self.num_envs), 0.0)
+
+    def _refresh(self, slots: np.ndarray) -> None:
+        """Recomputes validity of the transitions at `slots` [K] (all envs) after an `add`."""
+        B = self.num_envs
+        steps = np.repeat(self._steps(slots), B)  # [K * B]
+        envs = np.tile(np.arange(B), slots.size)  # [K * B]
+        valid = self._window(steps, envs)[0].reshape(slots.size, B)  # [K, B]
+        old = self._valid[slots]  # [K, B]
+        self._valid[slots] = valid
+        self._num_valid += int(valid.sum()) - int(old.sum())
+        if self.prioritized:
+            flat = slots[:, None] * B + np.arange(B)  # [K, B]
+            self._tree.update(flat[valid & ~old], self._max_priority)
+            self._tree.update(flat[old & ~valid], 0.0)
+
+    def _window(self, step: np.ndarray, env: np.ndarray):
+        """The n-step window of transitions (step [N], env [N]).
+
+        Returns:
+            valid [N] bool, return [N] float64, discount [N] float64, bootstrap step [N] int64
+            (the observation's step; for a truncation, the step after it), truncated [N] bool
+            and final_id [N] int64 (where truncated, the side-ring id of the bootstrap's newest
+            frame).
+        """
+        T, latest, n = self.time, self._count - 1, self.n_step
+        slot = step % T
+        valid = (step >= 0) & (step > latest - T) & self._stack_ok[slot, env]
+        valid &= np.maximum(self._start[slot, env], step - self.stack + 1) > latest - T
+        ret, disc = np.zeros(step.shape), np.full(step.shape, self.discount**n)
+        boot, final_id = step + n, np.full(step.shape, -1, np.int64)
+        alive, trunc = np.ones(step.shape, bool), np.zeros(step.shape, bool)
+        for k in range(n):
+            known = step + k <= latest
+            valid &= ~(alive & ~known)  # window not complete yet
+            s = (step + k) % T
+            code = np.where(known, self._end[s, env], _NONE)
+            ret += np.where(alive & known, self.discount**k * self._reward[s, env], 0.0)
+            ended = alive & (code != _NONE)
+            valid &= ~(ended & (code == _CUT))
+            here = ended & (code == _TRUNCATED)
+            fid = self._final_id[s, env]
+            valid &= ~(here & (fid < self._finals - self.final_capacity))
+            disc = np.where(ended, self.discount ** (k + 1) * (code == _TRUNCATED), disc)
+            boot = np.where(ended, step + k + here, boot)
+            final_id = np.where(here, fid, final_id)
+            trunc |= here
+            alive &= ~ended
+        valid &= ~(alive & (step + n > latest))
+        return valid, ret, disc, boot, trunc, final_id
+
+    def _observations(self, step, env, start, newest=None) -> np.ndarray:
+        """Stacks [N, H, W, stack] ending at `step` [N], zeros before `start` [N]."""
+        steps = step[:, None] - np.arange(self.stack - 1, -1, -1)  # [N, stack], oldest first
+        planes = self._frames[steps % self.time, env[:, None]]  # [N, stack, H, W]
+        planes[steps < start[:, None]] = 0
+        if newest is not None:
+            use, frames = newest
+            planes[use, -1] = frames
+        return np.ascontiguousarray(np.moveaxis(planes, 1, -1))  # [N, H, W, stack]
+
+    def indices(self) -> np.ndarray:
+        """Indices [V] (int64) of all valid transitions."""
+        return np.flatnonzero(self._valid)
+
+    def get(self, index: np.ndarray) -> ReplayBatch:
+        """The transitions at `index` [N] (all valid), with unit weights."""
+        index = np.asarray(index, np.int64)
+        slot, env = np.divmod(index, self.num_envs)
+        step = self._steps(slot)
+        valid, ret, disc, boot, trunc, final_id = self._window(step, env)
+        if not valid.all():
+            raise ValueError(f"invalid transitions at indices {index[~valid][:8]}")
+        observation = self._observations(step, env, self._start[slot, env])
+        boot_start = self._start[(boot - trunc) % self.time, env]  # a truncation's episode
+        final = self._final_frames[final_id[trunc] % self.final_capacity]  # [K, H, W]
+        next_observation = self._observations(boot, env, boot_start, (trunc, final))
+        return ReplayBatch(
+            observation,
+            self._action[slot, env],
+            ret.astype(np.float32),
+            disc.astype(np.float32),
+            next_observation,
+            np.ones(index.shape, np.float32),
+            index,
+        )
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> ReplayBatch:
+        """Draws `batch_size` valid transitions, uniformly or by priority.
+
+        Args:
+            batch_size: N.
+            beta: importance-weight exponent: weights are (N_valid * P(i))^-beta over their max.
+        """
+        if self._num_valid == 0:
+            raise ValueError("the replay buffer holds no complete transition yet")
+        flat_valid = self._valid.reshape(-1)
+        if not self.prioritized:
+            index = self._rng.integers(flat_valid.size, size=batch_size)
+            for _ in range(8):  # redraw the few invalid draws
+                bad = ~flat_valid[index]
+                if not bad.any():
+                    break
+                index[bad] = self._rng.integers(flat_valid.size, size=int(bad.sum()))
+            bad = ~flat_valid[index]
+            index[bad] = self._rng.choice(np.flatnonzero(flat_valid), int(bad.sum()))
+            return self.get(index)
+        total = self._tree.total()
+        index = self._tree.sample(self._rng.uniform(0.0, total, batch_size))
+        while True:  # a value at the right edge can round into an empty leaf
+            bad = ~flat_valid[index]
+            if not bad.any():
+                break
+            index[bad] = self._tree.sample(self._rng.uniform(0.0, total, int(bad.sum())))
+        probability = self._tree.get(index) / total  # [N]
+        weight = (self._num_valid * probability) ** -beta
+        return self.get(index)._replace(weight=(weight / weight.max()).astype(np.float32))
+
+    def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the priorities [N] (e.g. |TD error|) of sampled transitions `index` [N].
+
+        Stored as max(priority, epsilon)^alpha. Transitions no longer valid are skipped.
+        """
+        if not self.prioritized:
+            return
+        index = np.asarray(index, np.int64)
+        value = np.maximum(np.asarray(priorities, np.float64), self.epsilon) ** self.alpha
+        keep = self._valid.reshape(-1)[index]
+        self._tree.update(index[keep], value[keep])
+        if keep.any():
+            self._max_priority = max(self._max_priority, float(value[keep].max()))
+
+    _ARRAYS = ("frames", "action", "reward", "end", "start", "stack_ok", "final_id")
+    _ARRAYS += ("final_frames", "final_step", "valid")
+    _SCALARS = ("count", "finals", "num_valid", "max_priority")
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to continue, as numpy arrays (save with `np.savez`)."""
+        state = {name: getattr(self, "_" + name).copy() for name in self._ARRAYS}
+        state.update({name: np.asarray(getattr(self, "_" + name)) for name in self._SCALARS})
+        state["tree"] = self._tree.nodes.copy()
+        rng = self._rng.bit_generator.state
+        words = [rng["state"]["state"], rng["state"]["inc"]]
+        words = [w >> shift & (2**64 - 1) for w in words for shift in (64, 0)]
+        state["rng"] = np.array(words + [rng["has_uint32"], rng["uinteger"]], np.uint64)
+        return state
+
+    def load_state_dict(self, state) -> None:
+        """Restores `state_dict()`; the next `add` starts a new stream (see the module doc)."""
+        for name in self._ARRAYS:
+            target = getattr(self, "_" + name)
+            if target.shape != state[name].shape:
+                raise ValueError(f"{name}: shape {state[name].shape}, expected {target.shape}")
+            target[...] = state[name]
+        for name in self._SCALARS:
+            setattr(self, "_" + name, type(getattr(self, "_" + name))(state[name]))
+        self._tree.nodes[...] = state["tree"]
+        w = [int(x) for x in state["rng"]]
+        self._rng.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": w[0] << 64 | w[1], "inc": w[2] << 64 | w[3]},
+            "has_uint32": w[4],
+            "uinteger": w[5],
+        }
+        self._stream_start = self._count
