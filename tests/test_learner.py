@@ -112,3 +112,21 @@ def test_checkpoint_from_an_older_program_restores_what_it_has(tmp_path):
     restored = checkpoint.Checkpointer(str(tmp_path), counters=newer)
     assert restored.restore().endswith("ckpt-1")
     assert newer.recalled_scores() == []
+
+
+def test_target_network_changes_only_on_sync_and_per_sample_metrics_come_back():
+    config = a2c.A2CConfig()
+
+    def loss_fn(network, batch):
+        loss, metrics = a2c.loss(network, batch, config)
+        return loss, dict(metrics, per_sample=tf.fill([7], loss))  # a [N] metric
+
+    agent = make_learner(loss_fn, target_network=True)
+    same = zip(agent.target.variables, agent.network.variables, strict=True)
+    assert all(np.array_equal(t.numpy(), o.numpy()) for t, o in same)
+    metrics = agent.train(random_rollout(seed=5))
+    assert metrics["per_sample"].shape == (7,) and isinstance(metrics["loss"], float)
+    pairs = list(zip(agent.target.variables, agent.network.variables, strict=True))
+    assert not all(np.array_equal(t.numpy(), o.numpy()) for t, o in pairs)
+    agent.sync_target()
+    assert all(np.array_equal(t.numpy(), o.numpy()) for t, o in pairs)

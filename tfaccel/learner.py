@@ -47,6 +47,11 @@ class Learner:
         epochs: passes over the prepared samples, each in a new random order.
         minibatches: SGD steps per epoch, each on 1/minibatches of the samples.
         seed: seeds the minibatch order (a `tf.random.Generator`, checkpointed with the learner).
+        target_network: also keep `target`, a copy of the network that changes only on
+            `sync_target()` (the DQN family's target network; the loss closes over it).
+
+    Metrics: scalars are averaged over replicas; a per-sample metric ([N], e.g. DQN's `priority`
+    for prioritized replay) is gathered across replicas and returned as a numpy array.
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class Learner:
         epochs: int = 1,
         minibatches: int = 1,
         seed: int = 0,
+        target_network: bool = False,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
         self._loss_fn, self._max_grad_norm = loss_fn, max_grad_norm
@@ -69,7 +75,15 @@ class Learner:
             self.optimizer = make_optimizer()
             self.optimizer.build(self.network.trainable_variables)
             self.generator = tf.random.Generator.from_seed(seed)
+            self.target = make_network() if target_network else None
+        if self.target is not None:
+            self.sync_target()
         self._train = tf.function(self._update)
+
+    def sync_target(self) -> None:
+        """Copies the network's weights into the target network."""
+        for target, online in zip(self.target.variables, self.network.variables, strict=True):
+            target.assign(online)
 
     def _step(self, batch) -> dict:
         variables = self.network.trainable_variables
@@ -106,15 +120,22 @@ class Learner:
 
     def _update(self, batch) -> dict:
         metrics = self.strategy.run(self._steps, args=(batch,))
+        return {name: self._across_replicas(value) for name, value in metrics.items()}
+
+    def _across_replicas(self, value):
+        """Scalars: the mean over replicas; per-sample metrics: all replicas' samples, [N]."""
+        if self.strategy.experimental_local_results(value)[0].shape.rank == 0:
+            return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+        return self.strategy.gather(value, axis=0)
+
+    def train(self, batch) -> dict:
+        """One update on `batch` (numpy arrays or tensors); returns scalar metrics as floats and
+        per-sample metrics as numpy arrays."""
+        metrics = self._train(batch)
         return {
-            name: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+            name: float(value) if value.shape.rank == 0 else value.numpy()
             for name, value in metrics.items()
         }
-
-    def train(self, batch) -> dict[str, float]:
-        """One update on `batch` (numpy arrays or tensors); returns the metrics as floats."""
-        metrics = self._train(batch)
-        return {name: float(value) for name, value in metrics.items()}
 
     @property
     def learning_rate(self) -> float:

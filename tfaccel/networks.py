@@ -57,3 +57,63 @@ class PolicyValueNetwork(keras.Model):
         x = tf.cast(observation, tf.float32) * (1.0 / 255.0)  # [B, H, W, C]
         features = self.torso(x)  # [B, F]
         return self.policy_head(features), tf.squeeze(self.value_head(features), -1)
+
+
+class QNetwork(keras.Model):
+    """Action values over a torso: scalar Q [B, A], or a categorical distribution per action.
+
+    - `num_atoms == 1`: `call` returns `q_values` [B, A] (DQN, Mnih et al., 2015).
+    - `num_atoms > 1`: `call` returns `logits` [B, A, N] of a categorical distribution over the
+      N atoms of a fixed support per action (C51, Bellemare et al., 2017); probabilities are the
+      softmax over the last axis. The support (v_min, v_max) belongs to the algorithm's config.
+    - `dueling` (Wang et al., 2016): a value stream V [B, 1(, N)] and an advantage stream
+      A [B, A(, N)], combined as `Q = V + A - mean_a A`; in the categorical case the combination
+      is applied to the logits per atom, as in Rainbow (Hessel et al., 2018). Difference from
+      Wang et al.: both streams are linear heads on the torso's shared last hidden layer, where
+      they give each stream its own hidden layer (FC 512).
+    """
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        torso=nature_torso,
+        dueling: bool = False,
+        num_atoms: int = 1,
+        **kwargs,
+    ):
+        """Args:
+        spec: the env's spec (observation shape, number of actions).
+        torso: a factory of the torso's layers, e.g. `nature_torso` or `a3c_torso`.
+        dueling: split the head into value and advantage streams.
+        num_atoms: 1 for scalar Q values, N > 1 (51 for C51) for a distribution per action.
+        """
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.dueling = dueling
+        self.num_atoms = int(num_atoms)
+        self.torso = keras.Sequential(torso(), name="torso")
+        self.advantage_head = keras.layers.Dense(
+            spec.num_actions * self.num_atoms, name="advantage" if dueling else "q"
+        )
+        self.value_head = keras.layers.Dense(self.num_atoms, name="value") if dueling else None
+        self.build((None, *spec.observation.shape))
+
+    def build(self, input_shape):
+        self.torso.build(input_shape)
+        features = self.torso.compute_output_shape(input_shape)
+        self.advantage_head.build(features)
+        if self.value_head is not None:
+            self.value_head.build(features)
+        self.built = True
+
+    def call(self, observation):
+        x = tf.cast(observation, tf.float32) * (1.0 / 255.0)  # [B, H, W, C]
+        features = self.torso(x)  # [B, F]
+        shape = [-1, self.spec.num_actions, self.num_atoms]
+        head = tf.reshape(self.advantage_head(features), shape)  # [B, A, N]
+        if self.value_head is not None:
+            value = self.value_head(features)[:, None, :]  # [B, 1, N]
+            head = value + head - tf.reduce_mean(head, axis=1, keepdims=True)  # [B, A, N]
+        if self.num_atoms == 1:
+            return head[..., 0]  # [B, A] q_values
+        return head  # [B, A, N] logits

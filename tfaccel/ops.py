@@ -189,3 +189,69 @@ def explained_variance(target: tf.Tensor, prediction: tf.Tensor) -> tf.Tensor:
     return tf.where(
         target_variance > 0.0, 1.0 - tf.math.divide_no_nan(residual_variance, target_variance), 0.0
     )
+
+
+def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+    """The Huber loss of an error: `0.5 * x^2` where `|x| <= delta`, else `delta * (|x| - delta/2)`.
+
+    Its gradient is `x` clipped to [-delta, delta]: with delta 1 it is the error clipping of
+    Mnih et al. (2015).
+
+    Example (delta 1): `huber([-3.0, -0.5, 0.0, 1.0, 2.0])` is `[2.5, 0.125, 0.0, 0.5, 1.5]`
+    (`1 * (3 - 0.5) = 2.5`, `0.5 * 0.25 = 0.125`, `0.5 * 1 = 0.5`, `1 * (2 - 0.5) = 1.5`).
+
+    Args:
+        x: float tensor of any shape, the errors.
+        delta: where the loss turns from quadratic to linear (positive).
+
+    Returns:
+        float32 tensor of `x`'s shape.
+    """
+    absolute = tf.abs(tf.convert_to_tensor(x, tf.float32))
+    quadratic = tf.minimum(absolute, delta)
+    return 0.5 * tf.square(quadratic) + delta * (absolute - quadratic)
+
+
+def categorical_projection(
+    support: tf.Tensor,
+    next_probabilities: tf.Tensor,
+    reward: tf.Tensor,
+    discount: tf.Tensor,
+) -> tf.Tensor:
+    """Projects the distribution of `reward + discount * Z` onto the fixed support (C51).
+
+    Bellemare et al. (2017), Algorithm 1: each atom z_j, carrying probability p_j, moves to
+    `Tz_j = clip(r + discount * z_j, v_min, v_max)`, and its mass is split between the two
+    neighbouring atoms of the support in proportion to closeness. Written, as in Dopamine's
+    `project_distribution`, as `m_i = sum_j clip(1 - |Tz_j - z_i| / dz, 0, 1) * p_j`, which is
+    exact when `Tz_j` lands on an atom. The support must be evenly spaced (dz apart), increasing.
+
+    Example (support [0, 1, 2]):
+
+        p = [0.2, 0.3, 0.5], r = 0.5, discount 0.5: Tz = [0.5, 1.0, 1.5];
+            atom 0 gets 0.5 * 0.2 = 0.1, atom 1 gets 0.5 * 0.2 + 0.3 + 0.5 * 0.5 = 0.65,
+            atom 2 gets 0.5 * 0.5 = 0.25                       -> [0.1, 0.65, 0.25]
+        any p, r = 1.25, discount 0 (terminal): Tz = 1.25 everywhere -> [0, 0.75, 0.25]
+        any p, r = 5, discount 0: Tz = 5 clipped to v_max = 2       -> [0, 0, 1]
+
+    Args:
+        support: [N_atoms] float, the atoms z_i, evenly spaced from v_min to v_max.
+        next_probabilities: [B, N_atoms] float, the distribution to shift (rows sum to 1).
+        reward: [B] float, the (n-step) reward.
+        discount: [B] float, the bootstrap discount (0 where terminal).
+
+    Returns:
+        [B, N_atoms] float32, the projected distribution (rows sum to those of
+        `next_probabilities`). Gradients flow unless the caller stops them.
+    """
+    support = tf.convert_to_tensor(support, tf.float32)
+    next_probabilities = tf.convert_to_tensor(next_probabilities, tf.float32)
+    reward = tf.convert_to_tensor(reward, tf.float32)
+    discount = tf.convert_to_tensor(discount, tf.float32)
+    v_min, v_max = support[0], support[-1]
+    delta_z = support[1] - support[0]
+    target_z = reward[:, None] + discount[:, None] * support[None, :]  # [B, N_j]
+    target_z = tf.clip_by_value(target_z, v_min, v_max)  # [B, N_j]
+    distance = tf.abs(target_z[:, None, :] - support[None, :, None])  # [B, N_i, N_j]
+    closeness = tf.clip_by_value(1.0 - distance / delta_z, 0.0, 1.0)  # [B, N_i, N_j]
+    return tf.reduce_sum(closeness * next_probabilities[:, None, :], axis=-1)  # [B, N_i]
