@@ -29,6 +29,7 @@ Faults: an exception in an env, a worker that dies, or a worker that does not an
 first, so nothing hangs and nothing leaks. Workers ignore SIGINT (the caller handles Ctrl-C and
 closes the pool) and exit when the caller's end of their pipe closes, even if it was SIGKILLed.
 
+The worker side (the stepping routine, the buffers, the protocol) is in `tfaccel.envs.worker`.
 Numpy only. Env factories are called in the workers and must be picklable and importable from a
 module (not a script's `__main__`, which workers do not import: that keeps TensorFlow out of them).
 """
@@ -37,127 +38,48 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import mmap
 import multiprocessing as mp
 import os
 import select
 import signal
-import struct
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tfaccel.envs.worker import (
+    CLOSE,
+    ERROR,
+    OK,
+    RESET,
+    WORKER_NAME,
+    Buffers,
+    PoolError,
+    map_shared,
+    read_error_message,
+    reset_envs,
+    step_envs,
+    unmap_shared,
+    worker_main,
+)
 from tfaccel.types import Env, EnvSpec, PoolStep
+
+__all__ = ["EnvPool", "SerialPool", "PoolError", "WORKER_NAME", "env_seeds", "EnvFactory"]
 
 EnvFactory = Callable[[int], Env]
 
-_RESET, _CLOSE = 254, 255  # command bytes; 0..253 step that group
-_OK, _ERROR = b"K", b"E"
-_ALIGN = 64
-WORKER_NAME = "tfaccel-w"  # worker processes are named tfaccel-w0, tfaccel-w1, ... in ps
-
 
 _SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-
-
-class PoolError(RuntimeError):
-    """A worker or one of its envs failed; the message names which and why."""
 
 
 def env_seeds(seed: int, num_envs: int) -> list[int]:
     """Independent 31-bit seeds for the envs of a pool, from one seed."""
     state = np.random.SeedSequence(seed).generate_state(num_envs, np.uint32)
     return [int(s) & 0x7FFFFFFF for s in state]
-
-
-def _fields(spec: EnvSpec, n: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-    obs_shape, obs_dtype = (n, *spec.observation.shape), np.dtype(spec.observation.dtype)
-    return [
-        ("observation", obs_shape, obs_dtype),
-        ("reward", (n,), np.dtype(np.float32)),
-        ("terminated", (n,), np.dtype(np.bool_)),
-        ("truncated", (n,), np.dtype(np.bool_)),
-        ("final_observation", obs_shape, obs_dtype),
-        ("game_over", (n,), np.dtype(np.bool_)),
-        ("game_return", (n,), np.dtype(np.float64)),
-        ("game_length", (n,), np.dtype(np.int64)),
-        ("action", (n,), np.dtype(np.int32)),
-    ]
-
-
-class Buffers:
-    """Numpy views of the pool's arrays over one flat buffer (shared memory or plain bytes)."""
-
-    def __init__(self, spec: EnvSpec, num_envs: int, buffer=None):
-        layout, nbytes = self.plan(spec, num_envs)
-        if buffer is None:
-            buffer = bytearray(nbytes)
-        a = self.arrays = {
-            name: np.ndarray(shape, dtype, buffer=buffer, offset=start)
-            for name, shape, dtype, start in layout
-        }
-        self.observation, self.reward, self.action = a["observation"], a["reward"], a["action"]
-        self.terminated, self.truncated = a["terminated"], a["truncated"]
-        self.final_observation, self.game_over = a["final_observation"], a["game_over"]
-        self.game_return, self.game_length = a["game_return"], a["game_length"]
-
-    @staticmethod
-    def plan(spec: EnvSpec, num_envs: int) -> tuple[list, int]:
-        """(name, shape, dtype, byte offset) of each array, each aligned to 64 bytes; total bytes."""
-        layout, offset = [], 0
-        for name, shape, dtype in _fields(spec, num_envs):
-            layout.append((name, shape, dtype, offset))
-            offset += -(-int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
-        return layout, offset
-
-    def view(self, rows: slice) -> PoolStep:
-        return PoolStep(*(self.arrays[name][rows] for name in PoolStep._fields))
-
-
-def reset_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> None:
-    """Resets `envs` and writes their first observations at `indices`; clears their flags."""
-    for env, i in zip(envs, indices, strict=True):
-        buffers.observation[i] = env.reset()
-        buffers.reward[i] = 0.0
-        buffers.terminated[i] = buffers.truncated[i] = buffers.game_over[i] = False
-
-
-def step_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> None:
-    """Steps each env with `buffers.action` at its index and writes the results there.
-
-    The one stepping routine of the pool: workers and `SerialPool` both run it.
-    """
-    for env, i in zip(envs, indices, strict=True):
-        action = int(buffers.action[i])
-        if action < 0:  # held: not stepped
-            buffers.reward[i] = 0.0
-            buffers.terminated[i] = buffers.truncated[i] = buffers.game_over[i] = False
-            continue
-        try:
-            result = env.step(action)
-            ended = result.terminated or result.truncated
-            buffers.reward[i] = result.reward
-            buffers.terminated[i] = result.terminated
-            buffers.truncated[i] = result.truncated
-            if ended:
-                buffers.final_observation[i] = result.observation
-                game = env.game
-                buffers.game_over[i] = game.over
-                if game.over:
-                    buffers.game_return[i] = game.score
-                    buffers.game_length[i] = game.length
-                buffers.observation[i] = env.reset()
-            else:
-                buffers.game_over[i] = False
-                buffers.observation[i] = result.observation
-        except Exception as error:
-            raise PoolError(f"env {i} raised {type(error).__name__}: {error}") from error
 
 
 def _check_importable(env_factory) -> None:
@@ -171,24 +93,6 @@ def _check_importable(env_factory) -> None:
                 f"the env factory {part!r} is defined in __main__, which pool workers do not import "
                 "(that keeps TensorFlow out of them); define it in an importable module"
             )
-
-
-def _map(path: str, size: int, create: bool) -> mmap.mmap:
-    """Maps the shared file `path` (created with `size` bytes when `create`)."""
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = os.open(path, flags, 0o600)
-    try:
-        if create:
-            os.ftruncate(fd, size)
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
-
-
-def _unmap(block: mmap.mmap) -> None:
-    """Unmaps now if no views are left; otherwise the last view to go unmaps it (no dangling view)."""
-    with contextlib.suppress(BufferError):
-        block.close()
 
 
 def _layout(
@@ -417,7 +321,7 @@ class EnvPool:
 
         nbytes = Buffers.plan(self.spec, self.num_envs)[1]
         self._shm_path = os.path.join(_SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
-        self._shm = _map(self._shm_path, nbytes, create=True)
+        self._shm = map_shared(self._shm_path, nbytes, create=True)
         self.buffers = Buffers(self.spec, self.num_envs, self._shm)
         self._finalizer = weakref.finalize(
             self,
@@ -448,7 +352,7 @@ class EnvPool:
                 core = None if not cpu_affinity else cpu_affinity[w % len(cpu_affinity)]
                 seeds = [[self.seeds[i] for i in group] for group in self._indices[w]]
                 process = context.Process(
-                    target=_worker,
+                    target=worker_main,
                     name=f"tfaccel-env-worker-{w}",
                     args=(
                         w,
@@ -498,10 +402,10 @@ class EnvPool:
             for fd in ready:
                 w = waiting.pop(fd)
                 byte = os.read(fd, 1)
-                if byte == _OK:
+                if byte == OK:
                     continue
-                if byte == _ERROR:
-                    message = _read_message(fd)
+                if byte == ERROR:
+                    message = read_error_message(fd)
                     self._fail(f"{self._describe(w)} failed while {what}: {message}")
                 self._processes[w].join(1.0)
                 self._fail(
@@ -528,7 +432,7 @@ class EnvPool:
         """Resets every env and returns all first observations (`view(g)` gives a group's)."""
         if self._queue.pending:
             raise RuntimeError(f"reset with groups still pending: {self._queue.pending}")
-        self._command(_RESET, range(self.num_workers))
+        self._command(RESET, range(self.num_workers))
         self._wait(range(self.num_workers), "resetting")
         return self.view()
 
@@ -583,7 +487,7 @@ def _unlink(path: str) -> None:
 def _shutdown(processes, commands, replies, shm, shm_path) -> None:
     for connection in commands:
         with contextlib.suppress(OSError):
-            os.write(connection.fileno(), bytes((_CLOSE,)))
+            os.write(connection.fileno(), bytes((CLOSE,)))
         connection.close()
     deadline = time.monotonic() + 2.0
     for process in processes:
@@ -594,7 +498,7 @@ def _shutdown(processes, commands, replies, shm, shm_path) -> None:
     for connection in replies:
         connection.close()
     _unlink(shm_path)
-    _unmap(shm)
+    unmap_shared(shm)
 
 
 def _exit_reason(code: int | None) -> str:
@@ -603,74 +507,3 @@ def _exit_reason(code: int | None) -> str:
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exit code {code}"
-
-
-def _read_message(fd: int) -> str:
-    header = os.read(fd, 4)
-    if len(header) < 4:
-        return "(no message)"
-    (length,) = struct.unpack("<I", header)
-    data = b""
-    while len(data) < length:
-        chunk = os.read(fd, length - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data.decode("utf-8", "replace")
-
-
-def _send_error(fd: int, message: str) -> None:
-    data = message.encode("utf-8")
-    os.write(fd, _ERROR + struct.pack("<I", len(data)) + data)
-
-
-def _set_process_name(name: str) -> None:
-    """Names the process for `ps`/`top` (Linux: 15 characters at most)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-
-
-def _worker(
-    index, env_factory, seeds, indices, spec, num_envs, shm_path, commands, replies, core, niceness
-) -> None:
-    """A worker's life: attach, build envs, then one command byte in, one reply byte out."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _set_process_name(f"{WORKER_NAME}{index}")
-    command_fd, reply_fd = commands.fileno(), replies.fileno()
-    shm = None
-    try:
-        if niceness:
-            os.nice(niceness)
-        if core is not None and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, {core})
-        shm = _map(shm_path, Buffers.plan(spec, num_envs)[1], create=False)
-        buffers = Buffers(spec, num_envs, shm)
-        envs = [[env_factory(seed) for seed in group] for group in seeds]
-        os.write(reply_fd, _OK)
-    except Exception as error:
-        _send_error(reply_fd, f"could not start: {type(error).__name__}: {error}")
-        return
-    try:
-        while True:
-            command = os.read(command_fd, 1)
-            if not command or command[0] == _CLOSE:
-                break
-            try:
-                if command[0] == _RESET:
-                    for group, group_indices in zip(envs, indices, strict=True):
-                        reset_envs(group, group_indices, buffers)
-                else:
-                    step_envs(envs[command[0]], indices[command[0]], buffers)
-            except Exception as error:
-                detail = "".join(traceback.format_exception(error)[-3:]).strip()
-                _send_error(reply_fd, f"{error}\n{detail}")
-                break
-            os.write(reply_fd, _OK)
-    except (BrokenPipeError, KeyboardInterrupt):
-        pass
-    finally:
-        for group in envs:
-            for env in group:
-                env.close()

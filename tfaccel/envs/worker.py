@@ -1,0 +1,203 @@
+"""The worker side of the env pool, and what both sides share: buffers, stepping, the protocol.
+
+A worker maps the pool's shared segment, builds its envs, answers "ready", then loops: one command
+byte in (step group g, reset, close), one reply byte out (ok, or error followed by a message).
+`step_envs` and `reset_envs` are the one stepping routine: workers and `SerialPool` both run them.
+Numpy only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import signal
+import struct
+import traceback
+from collections.abc import Sequence
+
+import numpy as np
+
+from tfaccel.types import Env, EnvSpec, PoolStep
+
+RESET, CLOSE = 254, 255  # command bytes; 0..253 step that group
+OK, ERROR = b"K", b"E"  # reply bytes
+WORKER_NAME = "tfaccel-w"  # worker processes are named tfaccel-w0, tfaccel-w1, ... in ps
+_ALIGN = 64
+
+
+class PoolError(RuntimeError):
+    """A worker or one of its envs failed; the message names which and why."""
+
+
+def _fields(spec: EnvSpec, n: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    obs_shape, obs_dtype = (n, *spec.observation.shape), np.dtype(spec.observation.dtype)
+    return [
+        ("observation", obs_shape, obs_dtype),
+        ("reward", (n,), np.dtype(np.float32)),
+        ("terminated", (n,), np.dtype(np.bool_)),
+        ("truncated", (n,), np.dtype(np.bool_)),
+        ("final_observation", obs_shape, obs_dtype),
+        ("game_over", (n,), np.dtype(np.bool_)),
+        ("game_return", (n,), np.dtype(np.float64)),
+        ("game_length", (n,), np.dtype(np.int64)),
+        ("action", (n,), np.dtype(np.int32)),
+    ]
+
+
+class Buffers:
+    """Numpy views of the pool's arrays over one flat buffer (shared memory or plain bytes)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, buffer=None):
+        layout, nbytes = self.plan(spec, num_envs)
+        if buffer is None:
+            buffer = bytearray(nbytes)
+        a = self.arrays = {
+            name: np.ndarray(shape, dtype, buffer=buffer, offset=start)
+            for name, shape, dtype, start in layout
+        }
+        self.observation, self.reward, self.action = a["observation"], a["reward"], a["action"]
+        self.terminated, self.truncated = a["terminated"], a["truncated"]
+        self.final_observation, self.game_over = a["final_observation"], a["game_over"]
+        self.game_return, self.game_length = a["game_return"], a["game_length"]
+
+    @staticmethod
+    def plan(spec: EnvSpec, num_envs: int) -> tuple[list, int]:
+        """(name, shape, dtype, byte offset) of each array, each aligned to 64 bytes; total bytes."""
+        layout, offset = [], 0
+        for name, shape, dtype in _fields(spec, num_envs):
+            layout.append((name, shape, dtype, offset))
+            offset += -(-int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
+        return layout, offset
+
+    def view(self, rows: slice) -> PoolStep:
+        return PoolStep(*(self.arrays[name][rows] for name in PoolStep._fields))
+
+
+def reset_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> None:
+    """Resets `envs` and writes their first observations at `indices`; clears their flags."""
+    for env, i in zip(envs, indices, strict=True):
+        buffers.observation[i] = env.reset()
+        buffers.reward[i] = 0.0
+        buffers.terminated[i] = buffers.truncated[i] = buffers.game_over[i] = False
+
+
+def step_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> None:
+    """Steps each env with `buffers.action` at its index and writes the results there.
+
+    The one stepping routine of the pool: workers and `SerialPool` both run it.
+    """
+    for env, i in zip(envs, indices, strict=True):
+        action = int(buffers.action[i])
+        if action < 0:  # held: not stepped
+            buffers.reward[i] = 0.0
+            buffers.terminated[i] = buffers.truncated[i] = buffers.game_over[i] = False
+            continue
+        try:
+            result = env.step(action)
+            ended = result.terminated or result.truncated
+            buffers.reward[i] = result.reward
+            buffers.terminated[i] = result.terminated
+            buffers.truncated[i] = result.truncated
+            if ended:
+                buffers.final_observation[i] = result.observation
+                game = env.game
+                buffers.game_over[i] = game.over
+                if game.over:
+                    buffers.game_return[i] = game.score
+                    buffers.game_length[i] = game.length
+                buffers.observation[i] = env.reset()
+            else:
+                buffers.game_over[i] = False
+                buffers.observation[i] = result.observation
+        except Exception as error:
+            raise PoolError(f"env {i} raised {type(error).__name__}: {error}") from error
+
+
+def map_shared(path: str, size: int, create: bool) -> mmap.mmap:
+    """Maps the shared file `path` (created with `size` bytes when `create`)."""
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def unmap_shared(block: mmap.mmap) -> None:
+    """Unmaps now if no views are left; otherwise the last view to go unmaps it (no dangling view)."""
+    with contextlib.suppress(BufferError):
+        block.close()
+
+
+def read_error_message(fd: int) -> str:
+    header = os.read(fd, 4)
+    if len(header) < 4:
+        return "(no message)"
+    (length,) = struct.unpack("<I", header)
+    data = b""
+    while len(data) < length:
+        chunk = os.read(fd, length - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _send_error(fd: int, message: str) -> None:
+    data = message.encode("utf-8")
+    os.write(fd, ERROR + struct.pack("<I", len(data)) + data)
+
+
+def _set_process_name(name: str) -> None:
+    """Names the process for `ps`/`top` (Linux: 15 characters at most)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def worker_main(
+    index, env_factory, seeds, indices, spec, num_envs, shm_path, commands, replies, core, niceness
+) -> None:
+    """A worker's life: attach, build envs, then one command byte in, one reply byte out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_process_name(f"{WORKER_NAME}{index}")
+    command_fd, reply_fd = commands.fileno(), replies.fileno()
+    shm = None
+    try:
+        if niceness:
+            os.nice(niceness)
+        if core is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {core})
+        shm = map_shared(shm_path, Buffers.plan(spec, num_envs)[1], create=False)
+        buffers = Buffers(spec, num_envs, shm)
+        envs = [[env_factory(seed) for seed in group] for group in seeds]
+        os.write(reply_fd, OK)
+    except Exception as error:
+        _send_error(reply_fd, f"could not start: {type(error).__name__}: {error}")
+        return
+    try:
+        while True:
+            command = os.read(command_fd, 1)
+            if not command or command[0] == CLOSE:
+                break
+            try:
+                if command[0] == RESET:
+                    for group, group_indices in zip(envs, indices, strict=True):
+                        reset_envs(group, group_indices, buffers)
+                else:
+                    step_envs(envs[command[0]], indices[command[0]], buffers)
+            except Exception as error:
+                detail = "".join(traceback.format_exception(error)[-3:]).strip()
+                _send_error(reply_fd, f"{error}\n{detail}")
+                break
+            os.write(reply_fd, OK)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        for group in envs:
+            for env in group:
+                env.close()
