@@ -145,3 +145,65 @@ class OnPolicySampler:
     def drain_games(self) -> list[tuple[float, int]]:
         games, self.games = self.games, []
         return games
+
+
+class ReplaySampler:
+    """Steps a pool with a batched epsilon-greedy policy and stores every step in replay.
+
+    One `ReplayBuffer` per group (a buffer's envs step together); `step(epsilon)` steps every group
+    once: receive a group's results, store them with the observation and action they came from,
+    act on the new observations in one call, send. With two groups, one group's acting and
+    storing run while the other group's envs step.
+
+    Attributes:
+        agent_steps: env steps taken so far (all envs).
+        games: finished full games as (raw score, agent steps), drained by the caller.
+        seconds: wall time spent waiting for envs ("env") and in the policy ("inference").
+    """
+
+    def __init__(self, pool, act_fn: Callable[[np.ndarray, float], np.ndarray], replays):
+        if len(replays) != pool.num_groups:
+            raise ValueError(
+                f"need one replay buffer per group ({pool.num_groups}), got {len(replays)}"
+            )
+        self.pool, self.replays, self._act = pool, replays, act_fn
+        spec = pool.spec.observation
+        self._acted = np.zeros((pool.num_groups, pool.group_size, *spec.shape), spec.dtype)
+        self._actions = np.zeros((pool.num_groups, pool.group_size), np.int32)
+        self.agent_steps = 0
+        self.games: list[tuple[float, int]] = []
+        self.seconds = {"env": 0.0, "inference": 0.0}
+        self._started = False
+
+    def _act_and_send(self, group: int, observation: np.ndarray, epsilon: float) -> None:
+        start = time.perf_counter()
+        action = np.asarray(self._act(observation, epsilon))
+        self.seconds["inference"] += time.perf_counter() - start
+        self._acted[group] = observation
+        self._actions[group] = action
+        self.pool.send(action, group)
+
+    def step(self, epsilon: float) -> None:
+        """One step of every env; each transition goes into its group's replay buffer."""
+        pool = self.pool
+        if not self._started:
+            pool.reset()
+            for group in range(pool.num_groups):
+                self._act_and_send(group, pool.view(group).observation, epsilon)
+            self._started = True
+        for group in range(pool.num_groups):
+            start = time.perf_counter()
+            step = pool.recv(group)
+            self.seconds["env"] += time.perf_counter() - start
+            self.replays[group].add(
+                self._acted[group], self._actions[group], step.reward, step.terminated,
+                step.truncated, step.final_observation,
+            )  # fmt: skip
+            for b in np.flatnonzero(step.game_over):
+                self.games.append((float(step.game_return[b]), int(step.game_length[b])))
+            self.agent_steps += len(step.reward)
+            self._act_and_send(group, step.observation, epsilon)
+
+    def drain_games(self) -> list[tuple[float, int]]:
+        games, self.games = self.games, []
+        return games
