@@ -20,14 +20,16 @@ import gin
 import numpy as np
 
 from tfaccel import checkpoint, console, evaluate, export, learner, networks
-from tfaccel.algorithms import a2c, ppo
+from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
 from tfaccel.logger import MetricsLogger
 from tfaccel.sampler import OnPolicySampler, compile_act
 
-for _configurable in (AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig, ppo.PPOConfig):
+for _configurable in (
+    AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig, ppo.PPOConfig, dqn.DQNConfig,
+):  # fmt: skip
     gin.external_configurable(_configurable, module="tfaccel")
 gin.external_configurable(a2c.loss, "a2c_loss", module="tfaccel")
 gin.external_configurable(a2c.act, "a2c_act", module="tfaccel")
@@ -42,7 +44,7 @@ for _function in (
     gin.external_configurable(_function, module="tfaccel")
 
 
-class _StopRequest:
+class StopRequest:
     """Turns SIGINT/SIGTERM into a flag the loop checks, so a stop always saves first."""
 
     def __init__(self):
@@ -60,6 +62,13 @@ class _StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+@gin.configurable(denylist=["root_dir"])
+def run(root_dir: str, trainer=None) -> dict:
+    """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
+    (`run.trainer = @train_off_policy` for the DQN family)."""
+    return (trainer or train)(root_dir)
 
 
 @gin.configurable(denylist=["root_dir"])
@@ -211,7 +220,7 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits):
             "wall_s": base_wall,
             "stopped_by": None,
         }
-    with _StopRequest() as stop:
+    with StopRequest() as stop:
         for _, rollout in sampler.rollouts():
             tick = time.perf_counter()
             metrics = agent.train(rollout)

@@ -1,0 +1,290 @@
+"""The off-policy run of the DQN family: act epsilon-greedily, store in replay, train from replay.
+
+`train_off_policy(root_dir)` is selected in gin with `run.trainer = @train_off_policy` and shares
+the run directory, logging, checkpoints, export and resume of `tfaccel.runner`. The training
+intensity is held fixed as the number of envs changes: `replay_ratio` gradient samples per agent
+step (the Nature DQN: a batch of 32 every 4 agent steps = 8), as in the Accelerated Methods paper.
+The replay memory is not checkpointed: a resumed run refills it (`min_replay_steps`) first.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from tfaccel import checkpoint, console, export, learner, networks, runner
+from tfaccel.algorithms import dqn
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.pool import EnvPool
+from tfaccel.logger import MetricsLogger
+from tfaccel.replay import ReplayBatch, ReplayBuffer
+from tfaccel.sampler import ReplaySampler
+
+
+def _compile_act(network, spec, batch_size: int, atoms, seed: int):
+    generator = tf.random.Generator.from_seed(seed)
+    signature = [
+        tf.TensorSpec((batch_size, *spec.observation.shape), tf.uint8),
+        tf.TensorSpec((), tf.float32),
+    ]
+
+    @tf.function(input_signature=signature)
+    def act(observation, epsilon):
+        return dqn.act(network, observation, epsilon, generator, atoms)
+
+    return (lambda observation, epsilon: act(observation, np.float32(epsilon)).numpy()), generator
+
+
+def _sample(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[int]]:
+    """An equal share of the batch from each group's buffer, concatenated."""
+    share = batch_size // len(replays)
+    parts = [replay.sample(share, beta) for replay in replays]
+    batch = ReplayBatch(*(np.concatenate(fields) for fields in zip(*parts, strict=True)))
+    return batch, [share] * len(replays)
+
+
+@gin.configurable(denylist=["root_dir"])
+def train_off_policy(
+    root_dir: str,
+    env=gin.REQUIRED,
+    algorithm=gin.REQUIRED,
+    torso=networks.nature_torso,
+    dueling: bool = False,
+    make_optimizer=learner.make_adam,
+    learning_rate: float = 6.25e-5,
+    num_workers: int = 2,
+    envs_per_worker: int = 8,
+    num_groups: int = 2,
+    replay_capacity: int = 1_000_000,
+    n_step: int = 1,
+    discount: float = 0.99,
+    prioritized: bool = False,
+    priority_alpha: float = 0.5,
+    priority_beta: float = 0.4,
+    batch_size: int = 32,
+    replay_ratio: float = 8.0,
+    min_replay_steps: int = 20_000,
+    total_frames: int = 10_000_000,
+    log_interval_frames: int = 100_000,
+    checkpoint_interval_frames: int = 1_000_000,
+    worker_niceness: int = 5,
+    tf_threads: int = 0,
+    max_wall_seconds: float = 0.0,
+    seed: int = 0,
+) -> dict:
+    """Trains a DQN-family agent from replay; see the module docstring.
+
+    Args:
+        root_dir: the run directory (created; reused to resume).
+        env: env factory, e.g. `@AtariConfig()`.
+        algorithm: `@DQNConfig()`: loss options, epsilon schedule, target period.
+        torso: network torso factory (`@nature_torso`, `@a3c_torso`).
+        dueling: dueling heads (Wang et al., 2016).
+        make_optimizer: `learning_rate -> optimizer`.
+        learning_rate: the optimizer's learning rate (constant).
+        num_workers: env worker processes.
+        envs_per_worker: envs per worker.
+        num_groups: 1 or 2 alternating groups, one replay buffer each.
+        replay_capacity: transitions kept, over all envs.
+        n_step: steps of the n-step return.
+        discount: gamma.
+        prioritized: prioritized replay (Schaul et al., 2016).
+        priority_alpha: priority exponent alpha.
+        priority_beta: importance-sampling exponent beta (constant).
+        batch_size: samples per gradient step.
+        replay_ratio: gradient samples per agent step (training intensity).
+        min_replay_steps: agent steps stored before learning starts.
+        total_frames: env frames to train for (frames = agent steps x frame skip).
+        log_interval_frames: env frames between rows of metrics.csv.
+        checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
+        worker_niceness: nice value added to env workers.
+        tf_threads: TensorFlow threads in this process (0: one per core).
+        max_wall_seconds: also stop (and save) after this much wall time (0: no limit).
+        seed: seeds the envs, replay sampling and exploration.
+    """
+    console.set_up_tensorflow(tf_threads)
+    os.makedirs(root_dir, exist_ok=True)
+    frame_skip = getattr(env, "frame_skip", 1)
+    log = MetricsLogger(root_dir)
+    atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
+    with EnvPool(
+        env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
+        worker_niceness=worker_niceness,
+    ) as pool:  # fmt: skip
+        height, width, stack = pool.spec.observation.shape
+        replays = [
+            ReplayBuffer(
+                pool.group_size,
+                replay_capacity // num_groups,
+                (height, width),
+                stack=stack,
+                n_step=n_step,
+                discount=discount,
+                prioritized=prioritized,
+                alpha=priority_alpha,
+                seed=seed + g,
+            )  # fmt: skip
+            for g in range(num_groups)
+        ]
+
+        def make_network():
+            return networks.QNetwork(
+                pool.spec, torso=torso, dueling=dueling, num_atoms=algorithm.num_atoms
+            )
+
+        def loss_fn(network, batch):
+            return dqn.loss(network, agent.target, batch, algorithm)
+
+        agent = learner.Learner(
+            make_network, loss_fn, lambda: make_optimizer(learning_rate),
+            max_grad_norm=algorithm.max_grad_norm, target_network=True, seed=seed,
+        )  # fmt: skip
+        act, generator = _compile_act(agent.network, pool.spec, pool.group_size, atoms, seed)
+        counters = checkpoint.Counters()
+        saver = checkpoint.Checkpointer(
+            os.path.join(root_dir, "checkpoints"), network=agent.network, target=agent.target,
+            optimizer=agent.optimizer, counters=counters, generator=generator,
+        )  # fmt: skip
+        restored = saver.restore()
+        with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:
+            handle.write(gin.operative_config_str())
+        if restored:
+            log.message(
+                f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames"
+            )
+        if atoms is None:
+            head = dict(head="q_values", head_fn=lambda output: ("q_values", output))
+        else:
+            probabilities = lambda output: ("probabilities", tf.nn.softmax(output, -1))  # noqa: E731
+            head = dict(head="probabilities", head_fn=probabilities, support=atoms.numpy())
+        atari = env if isinstance(env, AtariConfig) else None
+
+        def save(state) -> None:
+            counters.agent_steps.assign(state.frames // frame_skip)
+            counters.wall_seconds.assign(state.base_wall + state.elapsed())
+            counters.remember_scores(state.recent)
+            saver.save(state.frames)
+            state.last_save = state.frames
+            path = os.path.join(root_dir, "policy")
+            extra = {"env_frames": state.frames}
+            export.export_policy(agent.network, atari, path, extra=extra, **head)
+
+        sampler = ReplaySampler(pool, act, replays)
+        state = _LoopState(counters, frame_skip)
+        with runner.StopRequest() as stop:
+            while state.frames < total_frames and stop.signal_name is None:
+                if max_wall_seconds and state.elapsed() >= max_wall_seconds:
+                    break
+                steps = state.base_steps + sampler.agent_steps
+                sampler.step(float(dqn.epsilon(algorithm, steps)))
+                stored = min(sum(len(r) for r in replays), sampler.agent_steps)
+                if stored >= min_replay_steps:
+                    state.due += pool.num_envs * replay_ratio / batch_size
+                tick = time.perf_counter()
+                while state.due >= 1.0:
+                    state.metrics = _train_once(
+                        agent, replays, batch_size, priority_beta, prioritized
+                    )
+                    state.due -= 1.0
+                state.learn_seconds += time.perf_counter() - tick
+                steps = state.base_steps + sampler.agent_steps
+                if steps - state.synced >= algorithm.target_update_period:
+                    agent.sync_target()
+                    state.synced = steps
+                state.recent.extend(score for score, _ in sampler.drain_games())
+                state.frames = steps * frame_skip
+                if state.frames - state.last_log >= log_interval_frames:
+                    _log(log, state, sampler, stored, float(dqn.epsilon(algorithm, steps)))
+                if state.frames - state.last_save >= checkpoint_interval_frames:
+                    save(state)
+        final_steps = state.frames // frame_skip
+        _log(
+            log,
+            state,
+            sampler,
+            sum(len(r) for r in replays),
+            float(dqn.epsilon(algorithm, final_steps)),
+        )
+        save(state)
+        if stop.signal_name:
+            log.message(
+                f"stopped by {stop.signal_name} at {state.frames:,} frames; checkpoint saved: "
+                "run the same command to resume"
+            )
+    return {
+        "env_frames": state.frames,
+        "final_score": float(np.mean(state.recent)) if state.recent else float("nan"),
+        "wall_s": state.base_wall + state.elapsed(),
+        "stopped_by": stop.signal_name,
+    }
+
+
+class _LoopState:
+    """Counters of the loop that survive in the checkpoint or only in this process."""
+
+    def __init__(self, counters, frame_skip: int):
+        self.counters, self.frame_skip = counters, frame_skip
+        self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
+        self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
+        self.recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
+        self.start = self.last_time = time.perf_counter()
+        self.learn_seconds, self.due, self.synced, self.metrics, self.last_steps = (
+            0.0,
+            0.0,
+            0,
+            {},
+            0,
+        )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def _train_once(agent, replays, batch_size: int, beta: float, prioritized: bool) -> dict:
+    """One gradient step on a batch drawn equally from every group's buffer; updates priorities."""
+    batch, shares = _sample(replays, batch_size, beta)
+    metrics = agent.train(batch)
+    priority = metrics.pop("priority")
+    if prioritized:
+        cuts = np.cumsum(shares)[:-1]
+        for replay, index, value in zip(
+            replays, np.split(batch.index, cuts), np.split(priority, cuts), strict=True
+        ):
+            replay.update_priorities(index, value)
+    return metrics
+
+
+def _log(log, state, sampler, stored: int, epsilon: float) -> None:
+    now, elapsed = time.perf_counter(), state.elapsed()
+    steps = state.frames // state.frame_skip
+    fps = (
+        (sampler.agent_steps - state.last_steps)
+        * state.frame_skip
+        / max(now - state.last_time, 1e-9)
+    )
+    score = float(np.mean(state.recent)) if state.recent else float("nan")
+    log.write(
+        {
+            "env_frames": state.frames,
+            "agent_steps": steps,
+            "wall_s": state.base_wall + elapsed,
+            "fps": fps,
+            "episode_return_raw_mean": score,
+            "episodes": len(state.recent),
+            "epsilon": epsilon,
+            "replay_size": stored,
+            "env_fraction": sampler.seconds["env"] / elapsed,
+            "inference_fraction": sampler.seconds["inference"] / elapsed,
+            "learn_fraction": state.learn_seconds / elapsed,
+            **state.metrics,
+        }
+    )
+    log.progress(
+        f"{state.frames:,} frames  {fps / state.frame_skip:,.0f} steps/s  replay {stored:,}  score {score:.1f}"
+    )
+    state.last_log, state.last_steps, state.last_time = state.frames, sampler.agent_steps, now
