@@ -196,7 +196,9 @@ def train_off_policy(
                 if steps - state.synced >= algorithm.target_update_period:
                     agent.sync_target()
                     state.synced = steps
-                state.recent.extend(score for score, _ in sampler.drain_games())
+                games = sampler.drain_games()
+                state.recent.extend(score for score, _ in games)
+                counters.games.assign_add(len(games))
                 state.frames = steps * frame_skip
                 if state.frames - state.last_log >= log_interval_frames:
                     _log(log, state, sampler, stored, float(dqn.epsilon(algorithm, steps)))
@@ -275,7 +277,7 @@ def _log(log, state, sampler, stored: int, epsilon: float) -> None:
             "wall_s": state.base_wall + elapsed,
             "fps": fps,
             "episode_return_raw_mean": score,
-            "episodes": len(state.recent),
+            "episodes": int(state.counters.games),
             "epsilon": epsilon,
             "replay_size": stored,
             "env_fraction": sampler.seconds["env"] / elapsed,
