@@ -140,9 +140,11 @@ def train(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
         worker_niceness=worker_niceness,
     ) as pool:  # fmt: skip
-        updates_total = total_frames // (frame_skip * horizon * pool.group_size)
+        # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
+        rollouts_total = total_frames // (frame_skip * horizon * pool.group_size)
+        steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
         schedule = (
-            learner.linear_decay(learning_rate, updates_total)
+            learner.linear_decay(learning_rate, rollouts_total * steps_per_rollout)
             if decay_learning_rate
             else learning_rate
         )

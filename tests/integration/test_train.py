@@ -114,6 +114,13 @@ def test_every_config_runs_with_smoke(tmp_path, config, columns):
     assert int(table[-1]["env_frames"]) >= 2000
     assert columns <= set(table[-1])
     assert (tmp_path / "policy" / "saved_model.pb").exists()
+    # The learning rate falls linearly with the frames done, however many SGD steps an update
+    # takes (PPO: epochs x minibatches); one rollout of frames may still be ahead of the row.
+    initial = {"ppo.gin": 2.5e-4, "a2c_256.gin": 1.4e-3}[config]
+    for row in table:
+        remaining = 1 - int(row["env_frames"]) / 2000
+        assert float(row["learning_rate"]) == pytest.approx(initial * remaining, abs=0.25 * initial)
+    assert float(table[0]["learning_rate"]) > 0.5 * initial
 
 
 def test_off_policy_run_trains_from_replay_exports_and_resumes(tmp_path):
