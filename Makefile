@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-ROOT_DIR ?= runs/a2c_pong
-CONFIG ?= a2c.gin
+ROOT_DIR ?= runs/categorical_dqn_pong
+CONFIG ?= categorical_dqn.gin
 SECONDS ?= 10
 
 .PHONY: train test lint bench venv clean
@@ -17,7 +17,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,tf_agents]'
 	touch $(STAMP)
 
-# The default training run: A2C (PAAC settings) on Pong, 40M frames. Ctrl-C saves a checkpoint;
+# The default training run: Categorical DQN on Pong, 10M frames. Ctrl-C saves a checkpoint;
 # `make train` again resumes. Other configs: make train CONFIG=ppo.gin ROOT_DIR=runs/ppo_pong
 train: $(STAMP)
 	$(PY) bin/train --gin_file=$(CONFIG) --root_dir=$(ROOT_DIR)

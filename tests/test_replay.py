@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import pytest
 
 from tfaccel.envs.pool import SerialPool
 from tfaccel.envs.toy import ScriptedConfig
-from tfaccel.replay import ReplayBuffer, SumTree
+from tfaccel.replay import Prefetcher, ReplayBuffer, SumTree
 
 # Episodes of 4-6 steps (3 lives), games truncated at 9 steps: many ends of both kinds.
 CONFIG = ScriptedConfig(
@@ -287,3 +288,48 @@ def test_state_dict_round_trip(prioritized):
         a, b = buffer.sample(32, beta=0.6), restored.sample(32, beta=0.6)
         for name, x, y in zip(a._fields, a, b, strict=True):
             np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+# ----------------------------------------------------------------------------- Prefetcher
+
+
+def test_prefetcher_hands_over_batches_in_order_and_stops():
+    counter = iter(range(1000))
+    with Prefetcher(lambda: next(counter), depth=2) as prefetcher:
+        assert [prefetcher.get() for _ in range(5)] == [0, 1, 2, 3, 4]
+        thread = prefetcher._thread
+    assert not thread.is_alive()
+
+
+def test_prefetcher_raises_the_samplers_error_in_the_consumer():
+    def broken():
+        raise ValueError("the replay buffer holds no complete transition yet")
+
+    with Prefetcher(broken) as prefetcher:
+        with pytest.raises(ValueError, match="no complete transition"):
+            prefetcher.get()
+
+
+def test_prefetched_batches_stay_consistent_while_the_buffer_grows():
+    # The thread samples while this thread adds steps: every batch must still be made of
+    # transitions that were valid when drawn, i.e. equal to `get` on the frozen log.
+    buffer = ReplayBuffer(B, 12 * B, (4, 3), n_step=2, prioritized=True, seed=3)
+    batches, stop = [], threading.Event()
+    with Prefetcher(lambda: buffer.sample(16) if len(buffer) else None) as prefetcher:
+
+        def consume():
+            while not stop.is_set():
+                batch = prefetcher.get()
+                if batch is not None:
+                    batches.append(batch)
+                    buffer.update_priorities(batch.index, np.ones(16))
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        log = drive(buffer, 300, seed=1)
+        stop.set()
+        consumer.join()
+    assert len(batches) > 5
+    for batch in batches:
+        assert batch.observation.shape == (16, 4, 3, 4) and np.all(batch.weight <= 1.0)
+    check_against_log(buffer, log)

@@ -26,9 +26,17 @@ def stderr_silenced():
         os.close(null)
 
 
-def set_up_tensorflow(threads: int = 0):
+def set_up_tensorflow(threads: int = 0, make_strategy=None):
     """Sets TensorFlow's thread pools (0: its default, one thread per core) and initializes its
     devices without the start-up log lines. Call before the first TensorFlow op of the process.
+
+    Args:
+        threads: intra- and inter-op threads (0: TensorFlow's default).
+        make_strategy: builds the `tf.distribute` strategy while devices initialize (it may
+            configure logical devices first); None: just initialize them.
+
+    Returns:
+        The strategy, or None.
     """
     import tensorflow as tf
 
@@ -39,4 +47,7 @@ def set_up_tensorflow(threads: int = 0):
         except RuntimeError:  # already initialized in this process (e.g. a second run in tests)
             pass
     with stderr_silenced():
+        if make_strategy is not None:
+            return make_strategy()
         tf.config.list_logical_devices()
+    return None

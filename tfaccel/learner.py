@@ -5,6 +5,11 @@ everything else (DESIGN.md, decision 3): the network and the optimizer slots are
 strategy's scope before any checkpoint is built, gradients are clipped by global norm, and one
 `tf.function` runs `strategy.run` of a whole update (several SGD steps where the algorithm asks
 for them) so Python is entered once per rollout.
+
+Several replicas (`tfaccel.distribute`): each gets an equal share of the batch (split along
+`batch_axes`), its loss is scaled by 1 / replicas and the gradients are summed across replicas, so
+one update equals the update of one device on the whole batch. Gradients are clipped after the
+sum, by the global norm of the whole batch's gradient.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from collections.abc import Callable
 
 import keras
 import tensorflow as tf
+
+from tfaccel.distribute import strategies
 
 LossFn = Callable[[keras.Model, object], tuple[tf.Tensor, dict]]
 
@@ -49,6 +56,8 @@ class Learner:
         seed: seeds the minibatch order (a `tf.random.Generator`, checkpointed with the learner).
         target_network: also keep `target`, a copy of the network that changes only on
             `sync_target()` (the DQN family's target network; the loss closes over it).
+        batch_axes: the axis of each array of a batch along which it splits between replicas:
+            an int for every array, or a nest like the batch (`Rollout.env_axes()`).
 
     Metrics: scalars are averaged over replicas; a per-sample metric ([N], e.g. DQN's `priority`
     for prioritized replay) is gathered across replicas and returned as a numpy array.
@@ -66,8 +75,11 @@ class Learner:
         minibatches: int = 1,
         seed: int = 0,
         target_network: bool = False,
+        batch_axes=0,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
+        self._batch_axes = batch_axes
+        self._replicas = self.strategy.num_replicas_in_sync
         self._loss_fn, self._max_grad_norm = loss_fn, max_grad_norm
         self._prepare_fn, self._epochs, self._minibatches = prepare_fn, epochs, minibatches
         with self.strategy.scope():
@@ -89,10 +101,16 @@ class Learner:
         variables = self.network.trainable_variables
         with tf.GradientTape() as tape:
             loss, metrics = self._loss_fn(self.network, batch)
-        gradients = tape.gradient(loss, variables)
+            scaled = loss / self._replicas if self._replicas > 1 else loss
+        gradients = tape.gradient(scaled, variables)
+        if self._replicas > 1:  # the whole batch's gradient, on every replica
+            context = tf.distribute.get_replica_context()
+            gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         norm = tf.linalg.global_norm(gradients)
         if self._max_grad_norm:
             gradients, _ = tf.clip_by_global_norm(gradients, self._max_grad_norm, use_norm=norm)
+        if self._replicas > 1:  # the optimizer sums the replicas' gradients again
+            gradients = [gradient / self._replicas for gradient in gradients]
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
         return dict(metrics, grad_norm=norm)
 
@@ -112,7 +130,10 @@ class Learner:
 
         order = tf.argsort(self.generator.uniform([count]))  # a random permutation
         metrics = self._step(minibatch(0, order))
-        for index in tf.range(1, self._epochs * self._minibatches):
+        # Several replicas synchronize in every step, which TensorFlow allows in a Python loop
+        # (unrolled when traced) but not in a graph loop.
+        indices = range if self._replicas > 1 else tf.range
+        for index in indices(1, self._epochs * self._minibatches):
             if index % self._minibatches == 0:
                 order = tf.argsort(self.generator.uniform([count]))
             metrics = self._step(minibatch(index, order))
@@ -131,11 +152,26 @@ class Learner:
     def train(self, batch) -> dict:
         """One update on `batch` (numpy arrays or tensors); returns scalar metrics as floats and
         per-sample metrics as numpy arrays."""
-        metrics = self._train(batch)
+        metrics = self._train(self._distribute(batch))
         return {
             name: float(value) if value.shape.rank == 0 else value.numpy()
             for name, value in metrics.items()
         }
+
+    def _distribute(self, batch):
+        """Gives each of this process's replicas its share of `batch` (numpy)."""
+        if self._replicas == 1:
+            return batch
+        count = strategies.local_replicas(self.strategy)
+        axes = self._batch_axes
+        if isinstance(axes, int):
+            axes = tf.nest.map_structure(lambda _: self._batch_axes, batch)
+
+        def share(context):
+            index = context.replica_id_in_sync_group % count
+            return strategies.shard(batch, index, count, axes)
+
+        return self.strategy.experimental_distribute_values_from_function(share)
 
     @property
     def learning_rate(self) -> float:

@@ -1,7 +1,8 @@
 """What a run reports: metrics.csv, TensorBoard scalars, and a progress line.
 
-`metrics.csv` gets one row per log interval and is appended to on resume (its header is written
-once). On a terminal the progress line rewrites itself; elsewhere (CI, a log file) each interval is
+`metrics.csv` gets one row per log interval and is appended to on resume. A row that brings new
+columns (the losses, once learning starts after a replay warm-up) rewrites the file once with the
+wider header; earlier rows leave those cells empty. On a terminal the progress line rewrites itself; elsewhere (CI, a log file) each interval is
 one plain line.
 """
 
@@ -48,6 +49,8 @@ class MetricsLogger:
             self._columns = required + sorted(set(row) - set(required))
             with open(self.path, "w", newline="") as handle:
                 csv.writer(handle).writerow(self._columns)
+        elif set(row) - set(self._columns):
+            self._widen(sorted(set(row) - set(self._columns)))
         with open(self.path, "a", newline="") as handle:
             csv.writer(handle).writerow([_format(row.get(name, "")) for name in self._columns])
         with self._writer.as_default(step=int(row["env_frames"])):
@@ -55,6 +58,18 @@ class MetricsLogger:
                 if isinstance(value, (int, float)) and name != "env_frames":
                     tf.summary.scalar(name, value)
         self._writer.flush()
+
+    def _widen(self, new_columns: list[str]) -> None:
+        """Rewrites the file with `new_columns` added to the header (atomically)."""
+        with open(self.path, newline="") as handle:
+            old_rows = list(csv.reader(handle))[1:]
+        self._columns = self._columns + new_columns
+        temporary = self.path + ".partial"
+        with open(temporary, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(self._columns)
+            writer.writerows(old + [""] * len(new_columns) for old in old_rows)
+        os.replace(temporary, self.path)
 
     def progress(self, text: str, final: bool = False) -> None:
         if self._live:

@@ -4,25 +4,32 @@
 the run directory, logging, checkpoints, export and resume of `tfaccel.runner`. The training
 intensity is held fixed as the number of envs changes: `replay_ratio` gradient samples per agent
 step (the Nature DQN: a batch of 32 every 4 agent steps = 8), as in the Accelerated Methods paper.
-The replay memory is not checkpointed: a resumed run refills it (`min_replay_steps`) first.
+Batches are drawn by a background thread while the learner trains (`prefetch`), and the importance
+exponent beta of prioritized replay anneals linearly to 1 over the run (Schaul et al., 2016).
+The replay memory is checkpointed only on request (`checkpoint_replay`: at 1M transitions it is
+8.3 GB); otherwise a resumed run refills it (`min_replay_steps`) before learning again.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import glob
 import os
+import re
 import time
 
 import gin
 import numpy as np
 import tensorflow as tf
 
-from tfaccel import checkpoint, console, export, learner, networks, runner
+from tfaccel import checkpoint, console, evaluate, export, learner, networks, runner
 from tfaccel.algorithms import dqn
+from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 from tfaccel.logger import MetricsLogger
-from tfaccel.replay import ReplayBatch, ReplayBuffer
+from tfaccel.replay import Prefetcher, ReplayBatch, ReplayBuffer
 from tfaccel.sampler import ReplaySampler
 
 
@@ -66,15 +73,19 @@ def train_off_policy(
     prioritized: bool = False,
     priority_alpha: float = 0.5,
     priority_beta: float = 0.4,
+    anneal_beta: bool = True,
     batch_size: int = 32,
     replay_ratio: float = 8.0,
     min_replay_steps: int = 20_000,
     total_frames: int = 10_000_000,
     log_interval_frames: int = 100_000,
     checkpoint_interval_frames: int = 1_000_000,
+    eval_episodes: int = 0,
     worker_niceness: int = 5,
     tf_threads: int = 0,
     max_wall_seconds: float = 0.0,
+    prefetch: bool = True,
+    checkpoint_replay: bool = False,
     seed: int = 0,
 ) -> dict:
     """Trains a DQN-family agent from replay; see the module docstring.
@@ -95,22 +106,32 @@ def train_off_policy(
         discount: gamma.
         prioritized: prioritized replay (Schaul et al., 2016).
         priority_alpha: priority exponent alpha.
-        priority_beta: importance-sampling exponent beta (constant).
+        priority_beta: importance-sampling exponent beta at the start.
+        anneal_beta: beta grows linearly to 1 over `total_frames` (else it stays constant).
         batch_size: samples per gradient step.
         replay_ratio: gradient samples per agent step (training intensity).
         min_replay_steps: agent steps stored before learning starts.
         total_frames: env frames to train for (frames = agent steps x frame skip).
         log_interval_frames: env frames between rows of metrics.csv.
         checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
+        eval_episodes: full games played by the exported policy at each checkpoint, with
+            `algorithm.eval_epsilon` (Atari only; raw score, written to eval.csv); 0: none.
         worker_niceness: nice value added to env workers.
         tf_threads: TensorFlow threads in this process (0: one per core).
         max_wall_seconds: also stop (and save) after this much wall time (0: no limit).
+        prefetch: draw batches in a background thread while the learner trains (False: draw
+            each batch when it is needed; the run is then a function of the seed on a
+            deterministic env).
+        checkpoint_replay: save the replay memory with each checkpoint and restore it on resume
+            (a resumed run then learns on at once instead of refilling); one file, the latest.
         seed: seeds the envs, replay sampling and exploration.
     """
-    console.set_up_tensorflow(tf_threads)
+    strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     os.makedirs(root_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
     log = MetricsLogger(root_dir)
+    eval_log = MetricsLogger(root_dir, "eval")
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
@@ -143,6 +164,7 @@ def train_off_policy(
         agent = learner.Learner(
             make_network, loss_fn, lambda: make_optimizer(learning_rate),
             max_grad_norm=algorithm.max_grad_norm, target_network=True, seed=seed,
+            strategy=strategy,
         )  # fmt: skip
         act, generator = _compile_act(agent.network, pool.spec, pool.group_size, atoms, seed)
         counters = checkpoint.Counters()
@@ -153,9 +175,15 @@ def train_off_policy(
         restored = saver.restore()
         with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:
             handle.write(gin.operative_config_str())
+        checkpoint_dir = os.path.join(root_dir, "checkpoints")
         if restored:
+            note = ""
+            if checkpoint_replay:
+                loaded = _restore_replays(checkpoint_dir, restored, replays)
+                note = "; replay restored" if loaded else "; no replay saved with it: refilling"
             log.message(
                 f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames"
+                + note
             )
         if atoms is None:
             head = dict(head="q_values", head_fn=lambda output: ("q_values", output))
@@ -168,28 +196,52 @@ def train_off_policy(
             counters.agent_steps.assign(state.frames // frame_skip)
             counters.wall_seconds.assign(state.base_wall + state.elapsed())
             counters.remember_scores(state.recent)
+            if checkpoint_replay:
+                _save_replays(checkpoint_dir, state.frames, replays)
             saver.save(state.frames)
+            if checkpoint_replay:
+                _prune_replays(checkpoint_dir, state.frames)
             state.last_save = state.frames
             path = os.path.join(root_dir, "policy")
             extra = {"env_frames": state.frames}
             export.export_policy(agent.network, atari, path, extra=extra, **head)
+            if eval_episodes and atari:
+                scores = evaluate.evaluate(
+                    path, eval_episodes, epsilon=algorithm.eval_epsilon, seed=seed
+                )
+                eval_log.write({
+                    "env_frames": state.frames, "agent_steps": state.frames // frame_skip,
+                    "wall_s": state.base_wall + state.elapsed(),
+                    "eval_return_mean": scores["mean"], "eval_return_std": scores["std"],
+                })  # fmt: skip
+                log.message(f"evaluation at {state.frames:,} frames: {scores['mean']:.1f}")
 
         sampler = ReplaySampler(pool, act, replays)
         state = _LoopState(counters, frame_skip)
-        with runner.StopRequest() as stop:
+        state.beta = priority_beta
+
+        def draw() -> tuple[ReplayBatch, list[int]]:
+            return _sample(replays, batch_size, state.beta)
+
+        prefetcher = None
+        with runner.StopRequest() as stop, contextlib.ExitStack() as cleanup:
             while state.frames < total_frames and stop.signal_name is None:
                 if max_wall_seconds and state.elapsed() >= max_wall_seconds:
                     break
                 steps = state.base_steps + sampler.agent_steps
                 sampler.step(float(dqn.epsilon(algorithm, steps)))
-                stored = min(sum(len(r) for r in replays), sampler.agent_steps)
+                stored = sum(len(r) for r in replays)
                 if stored >= min_replay_steps:
                     state.due += pool.num_envs * replay_ratio / batch_size
+                if anneal_beta:
+                    progress = min(state.frames / total_frames, 1.0)
+                    state.beta = priority_beta + (1.0 - priority_beta) * progress
+                if prefetch and prefetcher is None and state.due >= 1.0:
+                    prefetcher = cleanup.enter_context(Prefetcher(draw))
+                next_batch = prefetcher.get if prefetcher else draw
                 tick = time.perf_counter()
                 while state.due >= 1.0:
-                    state.metrics = _train_once(
-                        agent, replays, batch_size, priority_beta, prioritized
-                    )
+                    state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
                 steps = state.base_steps + sampler.agent_steps
@@ -204,14 +256,9 @@ def train_off_policy(
                     _log(log, state, sampler, stored, float(dqn.epsilon(algorithm, steps)))
                 if state.frames - state.last_save >= checkpoint_interval_frames:
                     save(state)
-        final_steps = state.frames // frame_skip
-        _log(
-            log,
-            state,
-            sampler,
-            sum(len(r) for r in replays),
-            float(dqn.epsilon(algorithm, final_steps)),
-        )
+        if state.frames > state.last_log:
+            final_epsilon = float(dqn.epsilon(algorithm, state.frames // frame_skip))
+            _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon)
         save(state)
         if stop.signal_name:
             log.message(
@@ -235,21 +282,24 @@ class _LoopState:
         self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
         self.recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
         self.start = self.last_time = time.perf_counter()
-        self.learn_seconds, self.due, self.synced, self.metrics, self.last_steps = (
-            0.0,
-            0.0,
-            0,
-            {},
-            0,
-        )
+        self.learn_seconds = 0.0  # in train steps, including the wait for their batches
+        self.wait_seconds = 0.0  # waiting for batches
+        self.due = 0.0  # train steps owed to the replay ratio
+        self.synced = 0  # agent steps at the last target sync
+        self.metrics: dict = {}
+        self.last_steps = 0
+        self.beta = 1.0
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
 
-def _train_once(agent, replays, batch_size: int, beta: float, prioritized: bool) -> dict:
-    """One gradient step on a batch drawn equally from every group's buffer; updates priorities."""
-    batch, shares = _sample(replays, batch_size, beta)
+def _train_once(agent, replays, next_batch, prioritized: bool, state) -> dict:
+    """One gradient step on the next batch (drawn equally from every group's buffer); updates
+    the priorities of its transitions."""
+    tick = time.perf_counter()
+    batch, shares = next_batch()
+    state.wait_seconds += time.perf_counter() - tick
     metrics = agent.train(batch)
     priority = metrics.pop("priority")
     if prioritized:
@@ -259,6 +309,56 @@ def _train_once(agent, replays, batch_size: int, beta: float, prioritized: bool)
         ):
             replay.update_priorities(index, value)
     return metrics
+
+
+def _replay_path(directory: str, frames: int) -> str:
+    return os.path.join(directory, f"replay-{frames}.npz")
+
+
+def _save_replays(directory: str, frames: int, replays) -> None:
+    """Writes every group's replay state to `replay-{frames}.npz`, atomically."""
+    os.makedirs(directory, exist_ok=True)
+    arrays = {
+        f"group{g}/{name}": value
+        for g, replay in enumerate(replays)
+        for name, value in replay.state_dict().items()
+    }
+    temporary = _replay_path(directory, frames) + ".partial.npz"
+    np.savez(temporary, **arrays)
+    os.replace(temporary, _replay_path(directory, frames))
+
+
+def _prune_replays(directory: str, frames: int) -> None:
+    """Removes replay files of older checkpoints (the memory is large: one file is kept)."""
+    keep = _replay_path(directory, frames)
+    for path in glob.glob(os.path.join(directory, "replay-*.npz")):
+        if path != keep:
+            os.remove(path)
+
+
+def _restore_replays(directory: str, checkpoint_path: str, replays) -> bool:
+    """Loads the replay saved with `checkpoint_path` (`.../ckpt-N`); False if there is none.
+
+    Raises:
+        ValueError: the file is unreadable or does not fit these buffers.
+    """
+    match = re.search(r"ckpt-(\d+)$", checkpoint_path)
+    path = match and _replay_path(directory, int(match.group(1)))
+    if not path or not os.path.exists(path):
+        return False
+    try:
+        with np.load(path) as archive:
+            for g, replay in enumerate(replays):
+                prefix = f"group{g}/"
+                replay.load_state_dict(
+                    {k[len(prefix) :]: archive[k] for k in archive.files if k.startswith(prefix)}
+                )
+    except (OSError, ValueError, KeyError, EOFError) as error:
+        raise ValueError(
+            f"cannot restore the replay memory from {path} ({error}); delete the file to refill "
+            "the replay instead, or set train_off_policy.checkpoint_replay = False"
+        ) from error
+    return True
 
 
 def _log(log, state, sampler, stored: int, epsilon: float) -> None:
@@ -283,6 +383,8 @@ def _log(log, state, sampler, stored: int, epsilon: float) -> None:
             "env_fraction": sampler.seconds["env"] / elapsed,
             "inference_fraction": sampler.seconds["inference"] / elapsed,
             "learn_fraction": state.learn_seconds / elapsed,
+            "replay_wait_fraction": state.wait_seconds / max(state.learn_seconds, 1e-9),
+            "priority_beta": state.beta,
             **state.metrics,
         }
     )

@@ -20,11 +20,18 @@ observation counts as an episode start if its older frames are all zero; otherwi
 `stack - 1` steps (whose history is missing) are not sampleable. The last step of the previous
 stream is cut: transitions whose n-step window reaches it are never sampleable.
 
+Threads: every public method of `ReplayBuffer` holds the buffer's lock, so a `Prefetcher` thread
+may sample while the sampler adds steps and the learner updates priorities.
+
 Numpy only.
 """
 
 from __future__ import annotations
 
+import functools
+import queue
+import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -91,6 +98,15 @@ class SumTree:
             values -= np.where(right, left_sum, 0.0)
             nodes = left + right
         return np.minimum(nodes - self.size, self.capacity - 1)
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class ReplayBatch(NamedTuple):
@@ -164,10 +180,12 @@ class ReplayBuffer:
         self._num_valid = 0
         self._max_priority = 1.0  # largest priority^alpha so far
         self._stream_start = 0
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return self._num_valid
 
+    @_locked
     def add(self, observation, action, reward, terminated, truncated, final_observation) -> None:
         """Stores one step of every env.
 
@@ -281,17 +299,22 @@ class ReplayBuffer:
     def _observations(self, step, env, start, newest=None) -> np.ndarray:
         """Stacks [N, H, W, stack] ending at `step` [N], zeros before `start` [N]."""
         steps = step[:, None] - np.arange(self.stack - 1, -1, -1)  # [N, stack], oldest first
-        planes = self._frames[steps % self.time, env[:, None]]  # [N, stack, H, W]
-        planes[steps < start[:, None]] = 0
-        if newest is not None:
-            use, frames = newest
-            planes[use, -1] = frames
-        return np.ascontiguousarray(np.moveaxis(planes, 1, -1))  # [N, H, W, stack]
+        stacks = np.empty((step.size, *self.frame_shape, self.stack), np.uint8)
+        for k in range(self.stack):  # plane by plane: 2.5x faster than gathering, then moveaxis
+            plane = self._frames[steps[:, k] % self.time, env]  # [N, H, W]
+            plane[steps[:, k] < start] = 0
+            if newest is not None and k == self.stack - 1:
+                use, frames = newest
+                plane[use] = frames
+            stacks[..., k] = plane
+        return stacks  # [N, H, W, stack]
 
+    @_locked
     def indices(self) -> np.ndarray:
         """Indices [V] (int64) of all valid transitions."""
         return np.flatnonzero(self._valid)
 
+    @_locked
     def get(self, index: np.ndarray) -> ReplayBatch:
         """The transitions at `index` [N] (all valid), with unit weights."""
         index = np.asarray(index, np.int64)
@@ -314,6 +337,7 @@ class ReplayBuffer:
             index,
         )
 
+    @_locked
     def sample(self, batch_size: int, beta: float = 0.4) -> ReplayBatch:
         """Draws `batch_size` valid transitions, uniformly or by priority.
 
@@ -345,6 +369,7 @@ class ReplayBuffer:
         weight = (self._num_valid * probability) ** -beta
         return self.get(index)._replace(weight=(weight / weight.max()).astype(np.float32))
 
+    @_locked
     def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
         """Sets the priorities [N] (e.g. |TD error|) of sampled transitions `index` [N].
 
@@ -363,6 +388,7 @@ class ReplayBuffer:
     _ARRAYS += ("final_frames", "final_step", "valid")
     _SCALARS = ("count", "finals", "num_valid", "max_priority")
 
+    @_locked
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to continue, as numpy arrays (save with `np.savez`)."""
         state = {name: getattr(self, "_" + name).copy() for name in self._ARRAYS}
@@ -374,6 +400,7 @@ class ReplayBuffer:
         state["rng"] = np.array(words + [rng["has_uint32"], rng["uinteger"]], np.uint64)
         return state
 
+    @_locked
     def load_state_dict(self, state) -> None:
         """Restores `state_dict()`; the next `add` starts a new stream (see the module doc)."""
         for name in self._ARRAYS:
@@ -392,3 +419,61 @@ class ReplayBuffer:
             "uinteger": w[5],
         }
         self._stream_start = self._count
+
+
+class Prefetcher:
+    """Draws the learner's next batches in a background thread, off its critical path.
+
+    `sample_fn()` runs in the thread and its batches wait in a queue of `depth`; `get()` takes the
+    oldest. Numpy's gathers release the GIL, so a batch is assembled while the learner's
+    TensorFlow step (which releases it too) runs. A batch is therefore drawn up to `depth + 1`
+    steps before it is used: the priorities and new transitions of those steps are not yet seen
+    by it (sampling order, unlike with direct sampling, depends on thread timing). An exception
+    in `sample_fn` is raised again by `get()`.
+    """
+
+    def __init__(self, sample_fn: Callable[[], object], depth: int = 1):
+        self._sample_fn = sample_fn
+        self._queue: queue.Queue = queue.Queue(maxsize=max(int(depth), 1))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tfaccel-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = (self._sample_fn(), None)
+            except Exception as error:  # handed to the consumer, which raises it
+                item = (None, error)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if item[1] is not None:
+                return
+
+    def get(self):
+        """The next batch (waits for it); raises what `sample_fn` raised."""
+        while True:
+            try:
+                batch, error = self._queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    raise RuntimeError("the prefetch thread has stopped") from None
+        if error is not None:
+            raise error
+        return batch
+
+    def close(self) -> None:
+        """Stops the thread; batches not taken are dropped."""
+        self._stop.set()
+        self._thread.join(timeout=10.0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

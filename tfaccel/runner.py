@@ -21,11 +21,13 @@ import numpy as np
 
 from tfaccel import checkpoint, console, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, dqn, ppo
+from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
 from tfaccel.logger import MetricsLogger
 from tfaccel.sampler import OnPolicySampler, compile_act
+from tfaccel.types import Rollout
 
 for _configurable in (
     AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig, ppo.PPOConfig, dqn.DQNConfig,
@@ -131,7 +133,9 @@ def train(
         tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
         seed: seeds the envs and the policy's sampling.
     """
-    console.set_up_tensorflow(tf_threads)
+    strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    group_size = num_workers * envs_per_worker // max(num_groups, 1)
+    strategies.check_split(strategy, group_size, "the number of envs per group")
     os.makedirs(root_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
     log = MetricsLogger(root_dir)
@@ -165,6 +169,8 @@ def train(
             epochs=getattr(algorithm, "epochs", 1),
             minibatches=getattr(algorithm, "minibatches", 1),
             seed=seed,
+            strategy=strategy,
+            batch_axes=Rollout.env_axes(),
         )
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
         counters = checkpoint.Counters()

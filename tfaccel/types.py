@@ -118,3 +118,8 @@ class Rollout(NamedTuple):
     log_prob: np.ndarray  # [T, B] float32, log pi(a_t | o_t) of the behaviour policy
     value: np.ndarray  # [T, B] float32, V(o_t) of the behaviour policy
     bootstrap_observation: np.ndarray  # [B, H, W, C] uint8
+
+    @classmethod
+    def env_axes(cls) -> Rollout:
+        """The axis of each field that runs over envs (where a batch splits between replicas)."""
+        return cls(*([1] * (len(cls._fields) - 1)), bootstrap_observation=0)

@@ -30,7 +30,8 @@ def test_catch_is_won_by_following_the_ball():
     total = 0.0
     for _ in range(9):
         ball = np.argwhere(obs[:36, :, -1] == 255)[0][1] // 4  # rows above the paddle's
-        paddle = np.argwhere(obs[-1, :, -1] == 255)[0][0] // 4
+        paddle = np.argwhere(obs[36, :, -1] == 255)[0][0] // 4
         result = env.step(int(np.sign(ball - paddle)) + 1)
         obs, total = result.observation, total + result.reward
     assert result.terminated and total == 1.0 and env.game.score == 1.0
+    assert obs.shape == (44, 20, 1) and not obs[40:].any()  # the blank row below the paddle

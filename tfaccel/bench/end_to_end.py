@@ -39,7 +39,9 @@ def training_sps(
             f"train.num_groups = {num_groups}",
             "train.total_frames = 10_000_000_000",
             f"train.max_wall_seconds = {warmup + seconds}",
-            "train.log_interval_frames = 2_000",
+            # a row per 8 steps of every env (at least 100 agent steps): enough rows to measure
+            # even a short run on a loaded machine, few enough to cost nothing
+            f"train.log_interval_frames = {max(400, 32 * workers * envs_per_worker)}",
             "train.checkpoint_interval_frames = 10_000_000_000",
             *extra_bindings,
         ]
@@ -50,6 +52,11 @@ def training_sps(
             raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
         with open(os.path.join(root_dir, "metrics.csv"), newline="") as handle:
             rows = list(csv.DictReader(handle))
+    if len(rows) < 2:
+        raise RuntimeError(
+            f"the run logged {len(rows)} rows in {warmup + seconds:.0f} s, too few to measure: "
+            "give it more seconds"
+        )
     settled = [row for row in rows if float(row["wall_s"]) >= warmup]
     first, last = (settled if len(settled) >= 2 else rows)[0], rows[-1]
     elapsed = float(last["wall_s"]) - float(first["wall_s"])

@@ -124,7 +124,9 @@ class CatchConfig:
     """Catch: a ball falls one row per step; move the paddle (left, stay, right) under it.
 
     The episode ends when the ball reaches the bottom row, with reward +1 for a catch and -1 for a
-    miss. Frames are [rows * scale, columns * scale] with ball and paddle at 255.
+    miss. Frames are [(rows + 1) * scale, columns * scale] with ball and paddle at 255 and one
+    blank grid row below the paddle: the valid convolutions of `networks.a3c_torso` cover 44 x 20
+    pixels exactly, while on 40 rows they never see the last 8, which would hide the paddle.
 
     Attributes:
         rows: grid rows (the episode lasts rows - 1 steps).
@@ -147,7 +149,7 @@ class CatchEnv:
 
     def __init__(self, config: CatchConfig, seed: int):
         self.config = config
-        height, width = config.rows * config.scale, config.columns * config.scale
+        height, width = (config.rows + 1) * config.scale, config.columns * config.scale
         self.spec = EnvSpec(ArraySpec((height, width, config.stack), np.dtype(np.uint8)), 3)
         self._rng = np.random.default_rng(seed)
         self._stack = FrameStack(height, width, config.stack)
@@ -163,7 +165,7 @@ class CatchEnv:
             self._ball_col * s : (self._ball_col + 1) * s,
         ] = 255
         bottom = (self.config.rows - 1) * s
-        frame[bottom:, self._paddle * s : (self._paddle + 1) * s] = 255
+        frame[bottom : bottom + s, self._paddle * s : (self._paddle + 1) * s] = 255
         return self._stack.push(frame)
 
     def reset(self) -> np.ndarray:

@@ -1,0 +1,125 @@
+"""tfaccel.distribute: strategies, batch sharding, and the equivalence of a mirrored update with
+one device's update on the whole batch (issue 5's synchronous target)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfaccel.distribute import strategies
+from tfaccel.types import Rollout
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_fresh(code: str) -> str:
+    """Runs `code` in a new interpreter (logical devices must be set before TensorFlow starts)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_shard_splits_rollouts_by_env_and_refuses_uneven_splits():
+    rollout = Rollout(*[np.arange(2 * 4).reshape(2, 4)] * 8, bootstrap_observation=np.arange(4))
+    first = strategies.shard(rollout, 0, 2, Rollout.env_axes())
+    second = strategies.shard(rollout, 1, 2, Rollout.env_axes())
+    np.testing.assert_array_equal(first.action, [[0, 1], [4, 5]])
+    np.testing.assert_array_equal(second.action, [[2, 3], [6, 7]])
+    np.testing.assert_array_equal(second.bootstrap_observation, [2, 3])
+    with pytest.raises(ValueError, match="batch axis of 4 does not split among 3 replicas"):
+        strategies.shard(rollout, 0, 3, Rollout.env_axes())
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "needs TF_CONFIG"),
+        ("{not json", "TF_CONFIG is not JSON"),
+        ('{"task": {"type": "worker", "index": 0}}', "no cluster.worker list"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps"}}', "no task type 'worker'"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "not in 0..0"),
+    ],
+)
+def test_malformed_tf_config_is_named(text, message):
+    with pytest.raises(ValueError, match=message):
+        strategies.check_tf_config(text)
+
+
+def test_check_tf_config_accepts_a_two_worker_cluster():
+    text = json.dumps(
+        {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+    )
+    assert strategies.check_tf_config(text)["task"]["index"] == 1
+
+
+def test_unknown_strategy_kind_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="valid kinds: default, mirrored, multi_worker"):
+        strategies.make_strategy("parameter_server")
+
+
+EQUIVALENCE = """
+from tfaccel.distribute import strategies
+mirrored = strategies.make_strategy("mirrored", logical_cpus=2)
+import keras, numpy as np, tensorflow as tf
+from tests.algorithms.test_a2c import TinyNetwork, random_rollout
+from tests.algorithms.test_dqn import TinyQNetwork, random_batch
+from tfaccel import learner
+from tfaccel.algorithms import a2c, dqn
+from tfaccel.types import Rollout
+
+def worst(one, two):
+    rel = [np.max(np.abs(a.numpy() - b.numpy())) / (np.max(np.abs(a.numpy())) + 1e-12)
+           for a, b in zip(one.network.variables, two.network.variables)]
+    return max(rel)
+
+def replicas_agree(agent):
+    return all(np.array_equal(v.value.values[0].numpy(), v.value.values[1].numpy())
+               for v in agent.network.variables)
+
+# A2C: three updates on rollouts of 4 envs; clipping (max_grad_norm 0.05) is active.
+config = a2c.A2CConfig(max_grad_norm=0.05)
+agents = [learner.Learner(lambda: TinyNetwork(3, observation_shape=(4, 4, 2), seed=0),
+                          lambda n, b: a2c.loss(n, b, config), lambda: keras.optimizers.Adam(1e-2),
+                          max_grad_norm=config.max_grad_norm, strategy=strategy,
+                          batch_axes=Rollout.env_axes())
+          for strategy in (tf.distribute.get_strategy(), mirrored)]
+for seed in range(3):
+    single, split = (agent.train(random_rollout(seed=seed, envs=4)) for agent in agents)
+    assert abs(single["grad_norm"] - split["grad_norm"]) <= 1e-5 * single["grad_norm"]
+    assert single["grad_norm"] > config.max_grad_norm  # the clip acted
+print("a2c", mirrored.num_replicas_in_sync, worst(*agents), replicas_agree(agents[1]))
+
+# DQN: per-sample priorities come back in the batch's order.
+q_config = dqn.DQNConfig()
+q_agents = []
+for strategy in (tf.distribute.get_strategy(), mirrored):
+    def make():
+        net = TinyQNetwork(3, observation_shape=(6, 6, 2))
+        net.head.kernel.assign(np.random.default_rng(0).normal(0, 0.1, net.head.kernel.shape))
+        return net
+    agent = learner.Learner(make, lambda n, b: dqn.loss(n, agent_target(n), b, q_config),
+                            lambda: keras.optimizers.Adam(1e-2), strategy=strategy,
+                            target_network=True)
+    q_agents.append(agent)
+targets = {id(a.network): a.target for a in q_agents}
+def agent_target(network):
+    return targets[id(network)]
+batch = random_batch(seed=3, n=8)
+one, two = (agent.train(batch) for agent in q_agents)
+np.testing.assert_allclose(one["priority"], two["priority"], rtol=1e-5)
+print("dqn", worst(*q_agents), replicas_agree(q_agents[1]))
+"""
+
+
+def test_mirrored_update_equals_one_device_on_the_whole_batch():
+    lines = dict(line.split(" ", 1) for line in run_fresh(EQUIVALENCE).splitlines() if " " in line)
+    replicas, a2c_difference, a2c_agree = lines["a2c"].split()
+    assert replicas == "2" and a2c_agree == "True"
+    assert float(a2c_difference) <= 1e-5
+    dqn_difference, dqn_agree = lines["dqn"].split()
+    assert float(dqn_difference) <= 1e-5 and dqn_agree == "True"

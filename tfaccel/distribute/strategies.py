@@ -1,0 +1,158 @@
+"""The learner's `tf.distribute` strategy: one device, every local device, or several machines.
+
+`make_strategy(kind)` is what gin configures (`make_strategy.kind = 'mirrored'`):
+
+- `default`: one device, the first GPU if there is one, else the CPU (TensorFlow's default).
+- `mirrored`: `MirroredStrategy` over every local GPU; without GPUs, over the logical CPU devices,
+  of which `logical_cpus` > 1 creates that many (for tests and demos; it must run before
+  TensorFlow initializes its devices, which `bin/train` guarantees).
+- `multi_worker`: `MultiWorkerMirroredStrategy` from the `TF_CONFIG` environment variable; every
+  worker process runs its own env pool and sampler on its own envs, and gradients are all-reduced
+  across workers each update (DESIGN.md, decision 7).
+
+Batches are split between the replicas of a process by `shard`: each replica computes the loss of
+its share, the learner scales it by 1 / (replicas in sync) and the gradients are summed, which is
+the gradient of the mean over the whole batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+KINDS = ("default", "mirrored", "multi_worker")
+
+
+@gin.configurable(module="tfaccel")
+def make_strategy(
+    kind: str = "default", logical_cpus: int = 0, timeout_seconds: float = 300.0
+) -> tf.distribute.Strategy:
+    """Builds the strategy; see the module docstring.
+
+    Args:
+        kind: `default`, `mirrored` or `multi_worker`.
+        logical_cpus: split the CPU into this many logical devices first (0 or 1: don't).
+        timeout_seconds: multi_worker: a collective that waits this long for a peer (a dead
+            worker) fails with an error instead of hanging.
+
+    Raises:
+        ValueError: an unknown kind, a malformed `TF_CONFIG`, or logical devices asked for
+            after TensorFlow initialized its devices.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown strategy kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if logical_cpus > 1:
+        split_cpu(logical_cpus)
+    gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
+    if kind == "default":
+        return tf.distribute.OneDeviceStrategy(gpus[0]) if gpus else tf.distribute.get_strategy()
+    if kind == "mirrored":
+        cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(gpus or cpus)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    check_tf_config(os.environ.get("TF_CONFIG", ""))
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=options
+    )
+
+
+def split_cpu(count: int) -> None:
+    """Makes the first CPU `count` logical devices (before TensorFlow initializes them)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    present = tf.config.get_logical_device_configuration(cpu)
+    if present is not None and len(present) == count:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * count
+        )
+    except RuntimeError as error:
+        raise ValueError(
+            f"cannot split the CPU into {count} logical devices: TensorFlow has already "
+            "initialized its devices (set make_strategy.logical_cpus before anything runs)"
+        ) from error
+
+
+def check_tf_config(text: str) -> dict:
+    """Parses `TF_CONFIG` and checks what a multi-worker run needs.
+
+    Raises:
+        ValueError: naming what is missing or malformed, with the expected form.
+    """
+    expected = (
+        'expected e.g. {"cluster": {"worker": ["host1:port", "host2:port"]}, '
+        '"task": {"type": "worker", "index": 0}}'
+    )
+    if not text:
+        raise ValueError(f"make_strategy.kind = 'multi_worker' needs TF_CONFIG; {expected}")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not JSON ({error}); {expected}") from None
+    workers = config.get("cluster", {}).get("worker") if isinstance(config, dict) else None
+    task = config.get("task", {}) if isinstance(config, dict) else {}
+    if not isinstance(workers, list) or not workers:
+        raise ValueError(f"TF_CONFIG has no cluster.worker list; {expected}")
+    index = task.get("index") if isinstance(task, dict) else None
+    if task.get("type") not in ("worker", "chief") or not isinstance(index, int):
+        raise ValueError(f"TF_CONFIG has no task type 'worker' with an int index; {expected}")
+    if task.get("type") == "worker" and not 0 <= index < len(workers):
+        raise ValueError(f"TF_CONFIG task index {index} is not in 0..{len(workers) - 1}")
+    return config
+
+
+def local_replicas(strategy: tf.distribute.Strategy) -> int:
+    """Replicas in this process (the devices of this worker)."""
+    try:
+        return len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy
+        return 1
+
+
+def check_split(strategy: tf.distribute.Strategy, size: int, what: str) -> None:
+    """Raises a ValueError naming `what` unless `size` splits evenly among the local replicas."""
+    count = local_replicas(strategy)
+    if size % count:
+        raise ValueError(
+            f"{what} is {size}, which does not split among {count} replicas: make it a "
+            f"multiple of {count}"
+        )
+
+
+def worker_index(strategy: tf.distribute.Strategy) -> int:
+    """This process's index among the workers (0 unless multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return 0
+    return int(resolver.task_id)
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run directory's shared artifacts (logs, export)."""
+    return worker_index(strategy) == 0
+
+
+def shard(batch, index: int, count: int, axes):
+    """Share `index` of `count` of a nest of arrays, split along `axes` (a matching nest of ints).
+
+    Raises:
+        ValueError: a split axis whose length `count` does not divide.
+    """
+
+    def take(array, axis):
+        array = np.asarray(array)
+        length = array.shape[axis]
+        if length % count:
+            raise ValueError(
+                f"a batch axis of {length} does not split among {count} replicas; make the "
+                f"envs per group (or the batch size) a multiple of {count}"
+            )
+        size = length // count
+        return np.take(array, np.arange(index * size, (index + 1) * size), axis=axis)
+
+    return tf.nest.map_structure(take, batch, axes)
