@@ -123,3 +123,11 @@ def test_mirrored_update_equals_one_device_on_the_whole_batch():
     assert float(a2c_difference) <= 1e-5
     dqn_difference, dqn_agree = lines["dqn"].split()
     assert float(dqn_difference) <= 1e-5 and dqn_agree == "True"
+
+
+def test_slurm_cluster_outside_a_slurm_job_is_named(monkeypatch):
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    with pytest.raises(ValueError, match="needs a Slurm job step .* start the workers with srun"):
+        strategies.make_strategy("multi_worker", cluster="slurm")
+    with pytest.raises(ValueError, match="valid: tf_config, slurm"):
+        strategies.make_strategy("multi_worker", cluster="k8s")

@@ -128,10 +128,16 @@ def train_off_policy(
     """
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
-    os.makedirs(root_dir, exist_ok=True)
+    # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
+    chief, vote = strategies.is_chief(strategy), strategies.AnyVote(strategy)
+    run_dir, seed = (
+        strategies.worker_dir(root_dir, strategy),
+        strategies.worker_seed(seed, strategy),
+    )
+    os.makedirs(run_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
-    log = MetricsLogger(root_dir)
-    eval_log = MetricsLogger(root_dir, "eval")
+    log = MetricsLogger(run_dir)
+    eval_log = MetricsLogger(run_dir, "eval")
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
@@ -169,13 +175,13 @@ def train_off_policy(
         act, generator = _compile_act(agent.network, pool.spec, pool.group_size, atoms, seed)
         counters = checkpoint.Counters()
         saver = checkpoint.Checkpointer(
-            os.path.join(root_dir, "checkpoints"), network=agent.network, target=agent.target,
+            os.path.join(run_dir, "checkpoints"), network=agent.network, target=agent.target,
             optimizer=agent.optimizer, counters=counters, generator=generator,
         )  # fmt: skip
         restored = saver.restore()
-        with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:
+        with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
             handle.write(gin.operative_config_str())
-        checkpoint_dir = os.path.join(root_dir, "checkpoints")
+        checkpoint_dir = os.path.join(run_dir, "checkpoints")
         if restored:
             note = ""
             if checkpoint_replay:
@@ -202,6 +208,8 @@ def train_off_policy(
             if checkpoint_replay:
                 _prune_replays(checkpoint_dir, state.frames)
             state.last_save = state.frames
+            if not chief:
+                return
             path = os.path.join(root_dir, "policy")
             extra = {"env_frames": state.frames}
             export.export_policy(agent.network, atari, path, extra=extra, **head)
@@ -217,21 +225,26 @@ def train_off_policy(
                 log.message(f"evaluation at {state.frames:,} frames: {scores['mean']:.1f}")
 
         sampler = ReplaySampler(pool, act, replays)
-        state = _LoopState(counters, frame_skip)
+        state = _LoopState(counters, frame_skip, vote.workers)
         state.beta = priority_beta
+        warm = False  # every worker has min_replay_steps transitions (they start together)
 
         def draw() -> tuple[ReplayBatch, list[int]]:
             return _sample(replays, batch_size, state.beta)
 
         prefetcher = None
         with runner.StopRequest() as stop, contextlib.ExitStack() as cleanup:
-            while state.frames < total_frames and stop.signal_name is None:
-                if max_wall_seconds and state.elapsed() >= max_wall_seconds:
+            while True:
+                out_of_time = max_wall_seconds and state.elapsed() >= max_wall_seconds
+                if vote(
+                    state.frames >= total_frames or stop.signal_name is not None or out_of_time
+                ):
                     break
-                steps = state.base_steps + sampler.agent_steps
+                steps = state.base_steps + sampler.agent_steps * vote.workers
                 sampler.step(float(dqn.epsilon(algorithm, steps)))
                 stored = sum(len(r) for r in replays)
-                if stored >= min_replay_steps:
+                warm = warm or not vote(stored < min_replay_steps)
+                if warm:
                     state.due += pool.num_envs * replay_ratio / batch_size
                 if anneal_beta:
                     progress = min(state.frames / total_frames, 1.0)
@@ -244,7 +257,7 @@ def train_off_policy(
                     state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
-                steps = state.base_steps + sampler.agent_steps
+                steps = state.base_steps + sampler.agent_steps * vote.workers
                 if steps - state.synced >= algorithm.target_update_period:
                     agent.sync_target()
                     state.synced = steps
@@ -276,8 +289,8 @@ def train_off_policy(
 class _LoopState:
     """Counters of the loop that survive in the checkpoint or only in this process."""
 
-    def __init__(self, counters, frame_skip: int):
-        self.counters, self.frame_skip = counters, frame_skip
+    def __init__(self, counters, frame_skip: int, workers: int = 1):
+        self.counters, self.frame_skip, self.workers = counters, frame_skip, workers
         self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
         self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
         self.recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
@@ -366,6 +379,7 @@ def _log(log, state, sampler, stored: int, epsilon: float) -> None:
     steps = state.frames // state.frame_skip
     fps = (
         (sampler.agent_steps - state.last_steps)
+        * state.workers
         * state.frame_skip
         / max(now - state.last_time, 1e-9)
     )

@@ -136,16 +136,23 @@ def train(
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     group_size = num_workers * envs_per_worker // max(num_groups, 1)
     strategies.check_split(strategy, group_size, "the number of envs per group")
-    os.makedirs(root_dir, exist_ok=True)
+    # Several machines: each worker runs this on its own envs; the chief owns root_dir, the
+    # others keep their state in root_dir/worker-<i>; frames count all workers' envs.
+    workers, chief = strategies.num_workers(strategy), strategies.is_chief(strategy)
+    run_dir, seed = (
+        strategies.worker_dir(root_dir, strategy),
+        strategies.worker_seed(seed, strategy),
+    )
+    os.makedirs(run_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
-    log = MetricsLogger(root_dir)
-    eval_log = MetricsLogger(root_dir, "eval")
+    log = MetricsLogger(run_dir)
+    eval_log = MetricsLogger(run_dir, "eval")
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
         worker_niceness=worker_niceness,
     ) as pool:  # fmt: skip
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
-        rollouts_total = total_frames // (frame_skip * horizon * pool.group_size)
+        rollouts_total = total_frames // (frame_skip * horizon * pool.group_size * workers)
         steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
         schedule = (
             learner.linear_decay(learning_rate, rollouts_total * steps_per_rollout)
@@ -175,14 +182,14 @@ def train(
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
         counters = checkpoint.Counters()
         saver = checkpoint.Checkpointer(
-            os.path.join(root_dir, "checkpoints"),
+            os.path.join(run_dir, "checkpoints"),
             network=agent.network, optimizer=agent.optimizer, counters=counters,
             generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
         tick = time.perf_counter()
         restored = saver.restore()
         restore_seconds = time.perf_counter() - tick
-        with open(os.path.join(root_dir, "operative_config.gin"), "w") as handle:
+        with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
             handle.write(gin.operative_config_str())
         if restored:
             log.message(
@@ -195,6 +202,8 @@ def train(
 
         def save(frames: int) -> dict:
             saver.save(frames)
+            if not chief:
+                return {}
             export.export_policy(agent.network, atari, policy_dir, extra={"env_frames": frames})
             if not (eval_episodes and atari):
                 return {}
@@ -202,13 +211,19 @@ def train(
             return {"eval_return_mean": scores["mean"], "eval_return_std": scores["std"]}
 
         limits = (total_frames, max_wall_seconds, log_interval_frames, checkpoint_interval_frames)
-        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, limits)
+        vote = strategies.AnyVote(strategy)
+        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, limits, vote)
 
 
-def _loop(sampler, agent, counters, save, logs, frame_skip, limits):
-    """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal."""
+def _loop(sampler, agent, counters, save, logs, frame_skip, limits, vote):
+    """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal.
+
+    `vote(stop)` makes every worker of a multi-worker run stop at the same update; frames count
+    every worker's envs (each worker steps as many as this one).
+    """
     log, eval_log = logs
     total_frames, max_wall_seconds, log_every, save_every = limits
+    workers = vote.workers  # every worker steps as many envs as this one
     base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
     start = time.perf_counter()
     recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
@@ -237,13 +252,14 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits):
             recent.extend(score for score, _ in games)
             counters.games.assign_add(len(games))
             counters.updates.assign_add(1)
-            frames = (base_steps + sampler.agent_steps) * frame_skip
+            frames = (base_steps + sampler.agent_steps * workers) * frame_skip
             out_of_time = max_wall_seconds and time.perf_counter() - start >= max_wall_seconds
-            done = frames >= total_frames or stop.signal_name is not None or out_of_time
+            done = vote(frames >= total_frames or stop.signal_name is not None or out_of_time)
             if frames - last["log"] >= log_every or done:
                 now = time.perf_counter()
                 fps = (
                     (sampler.agent_steps - last["steps"])
+                    * workers
                     * frame_skip
                     / max(now - last["time"], 1e-9)
                 )

@@ -29,7 +29,11 @@ KINDS = ("default", "mirrored", "multi_worker")
 
 @gin.configurable(module="tfaccel")
 def make_strategy(
-    kind: str = "default", logical_cpus: int = 0, timeout_seconds: float = 300.0
+    kind: str = "default",
+    logical_cpus: int = 0,
+    timeout_seconds: float = 300.0,
+    cluster: str = "tf_config",
+    slurm_port: int = 8888,
 ) -> tf.distribute.Strategy:
     """Builds the strategy; see the module docstring.
 
@@ -38,6 +42,10 @@ def make_strategy(
         logical_cpus: split the CPU into this many logical devices first (0 or 1: don't).
         timeout_seconds: multi_worker: a collective that waits this long for a peer (a dead
             worker) fails with an error instead of hanging.
+        cluster: multi_worker: where the cluster comes from: `tf_config` (the TF_CONFIG
+            variable) or `slurm` (the Slurm job's tasks, one worker per task, through
+            `SlurmClusterResolver`).
+        slurm_port: with `slurm`: the port each worker listens on.
 
     Raises:
         ValueError: an unknown kind, a malformed `TF_CONFIG`, or logical devices asked for
@@ -47,18 +55,36 @@ def make_strategy(
         raise ValueError(f"unknown strategy kind {kind!r}; valid kinds: {', '.join(KINDS)}")
     if logical_cpus > 1:
         split_cpu(logical_cpus)
+    if kind == "multi_worker":  # before anything initializes TensorFlow's devices
+        resolver = _cluster_resolver(cluster, slurm_port)
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
     gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
     if kind == "default":
         return tf.distribute.OneDeviceStrategy(gpus[0]) if gpus else tf.distribute.get_strategy()
-    if kind == "mirrored":
-        cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
-        return tf.distribute.MirroredStrategy(gpus or cpus)
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    check_tf_config(os.environ.get("TF_CONFIG", ""))
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=resolver, communication_options=options
-    )
+    cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(gpus or cpus)
+
+
+def _cluster_resolver(cluster: str, slurm_port: int):
+    if cluster == "tf_config":
+        check_tf_config(os.environ.get("TF_CONFIG", ""))
+        return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if cluster == "slurm":
+        missing = [
+            name for name in ("SLURM_PROCID", "SLURM_STEP_NODELIST") if name not in os.environ
+        ]
+        if missing:
+            raise ValueError(
+                f"make_strategy.cluster = 'slurm' needs a Slurm job step ({', '.join(missing)} "
+                "not set): start the workers with srun"
+            )
+        return tf.distribute.cluster_resolver.SlurmClusterResolver(
+            port_base=slurm_port, auto_set_gpu=True
+        )
+    raise ValueError(f"unknown make_strategy.cluster {cluster!r}; valid: tf_config, slurm")
 
 
 def split_cpu(count: int) -> None:
@@ -132,9 +158,61 @@ def worker_index(strategy: tf.distribute.Strategy) -> int:
     return int(resolver.task_id)
 
 
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """Worker processes training together (1 unless multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    return max(len(resolver.cluster_spec().as_dict().get("worker", [])), 1)
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes the run directory's shared artifacts (logs, export)."""
     return worker_index(strategy) == 0
+
+
+def worker_dir(root_dir: str, strategy: tf.distribute.Strategy) -> str:
+    """Where this process keeps its own state: `root_dir` for the chief, `root_dir/worker-<i>`
+    for the other workers (their checkpoints, logs and random state)."""
+    index = worker_index(strategy)
+    return root_dir if index == 0 else os.path.join(root_dir, f"worker-{index}")
+
+
+def worker_seed(seed: int, strategy: tf.distribute.Strategy) -> int:
+    """A seed per worker, so workers' envs and exploration differ."""
+    return seed + 100_003 * worker_index(strategy)
+
+
+class AnyVote:
+    """Workers take a decision at the same step (to stop, to start learning), or the others
+    would wait for them in an all-reduce.
+
+    `__call__(flag)` returns True on every worker when any worker's flag is True (one scalar
+    all-reduce); with one worker it returns `flag` and costs nothing.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        self._strategy = strategy
+        self.workers = num_workers(strategy)
+
+        device = strategy.extended.worker_devices[0] if self.workers > 1 else None
+
+        def any_vote(vote):
+            def replica(local_vote):
+                context = tf.distribute.get_replica_context()
+                with tf.device(device):  # a placed tensor: collectives need one
+                    placed = tf.identity(local_vote)
+                return context.all_reduce(tf.distribute.ReduceOp.SUM, placed)
+
+            votes = strategy.run(replica, args=(vote,))
+            return strategy.experimental_local_results(votes)[0]
+
+        self._vote = tf.function(any_vote)
+
+    def __call__(self, stop: bool) -> bool:
+        if self.workers == 1:
+            return bool(stop)
+        return bool(self._vote(tf.constant(float(bool(stop)))) > 0.0)
 
 
 def shard(batch, index: int, count: int, axes):

@@ -1,0 +1,103 @@
+"""Two bin/train processes on 127.0.0.1 as one MultiWorkerMirroredStrategy run (issue 5)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start_workers(root_dir, config, *bindings):
+    """Starts two workers of `config` + smoke.gin + distribute/multi_worker.gin on 127.0.0.1."""
+    sockets = [socket.socket() for _ in range(2)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    cluster = {"worker": [f"127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]}
+    for sock in sockets:
+        sock.close()
+    workers = []
+    for index in range(2):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        files = [config, "smoke.gin", "distribute/multi_worker.gin"]
+        workers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "bin/train",
+                    *[f"--gin_file={name}" for name in files],
+                    f"--root_dir={root_dir}",
+                    *[f"--gin_bindings={b}" for b in bindings],
+                ],
+                cwd=ROOT,
+                env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+        )
+    return workers
+
+
+def trained_values(checkpoint_dir):
+    reader = tf.train.load_checkpoint(checkpoint_dir)
+    names = sorted(
+        name
+        for name, _ in tf.train.list_variables(checkpoint_dir)
+        if name.startswith(("network/", "optimizer/"))
+    )
+    return {name: reader.get_tensor(name) for name in names}
+
+
+@pytest.mark.parametrize("config", ["a2c.gin", "categorical_dqn.gin"])
+def test_two_workers_train_and_end_with_identical_parameters(tmp_path, config):
+    workers = start_workers(tmp_path, config)
+    outputs = [worker.communicate(timeout=300) for worker in workers]
+    for worker, (_, err) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, err[-3000:]
+    chief, other = (
+        trained_values(tmp_path / "checkpoints"),
+        trained_values(tmp_path / "worker-1" / "checkpoints"),
+    )
+    assert chief.keys() == other.keys() and len(chief) > 10
+    for name, value in chief.items():
+        np.testing.assert_array_equal(value, other[name], err_msg=name)
+    # frames count both workers' envs; only the chief exports the policy
+    last = open(tmp_path / "metrics.csv").read().strip().splitlines()[-1].split(",")
+    assert int(last[0]) >= 2000 and int(last[0]) == 4 * int(last[1])
+    assert (tmp_path / "policy" / "saved_model.pb").exists()
+    assert not (tmp_path / "worker-1" / "policy").exists()
+
+
+def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
+    workers = start_workers(
+        tmp_path, "a2c.gin", "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 30"
+    )
+    deadline = time.time() + 240
+    while not (tmp_path / "worker-1" / "metrics.csv").exists():  # both are training
+        assert time.time() < deadline and workers[0].poll() is None, workers[0].stderr.read()
+        time.sleep(0.5)
+    children = subprocess.run(["pgrep", "-P", str(workers[0].pid)], capture_output=True, text=True)
+    envs = children.stdout.split()  # the forkserver, and below it the env workers
+    for pid in list(envs):
+        grandchildren = subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True)
+        envs += grandchildren.stdout.split()
+    assert len(envs) >= 2
+    workers[1].send_signal(signal.SIGKILL)
+    workers[1].wait()
+    _, err = workers[0].communicate(timeout=120)
+    assert workers[0].returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: a worker of the multi-worker run stopped answering"), last
+    deadline = time.time() + 15  # the forkserver and env workers exit once the trainer is gone
+    while any(os.path.exists(f"/proc/{pid}") for pid in envs) and time.time() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in envs if os.path.exists(f"/proc/{pid}")]
+    assert not alive, f"processes left behind: {alive}"
