@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from tfaccel.bench.sampler import git_revision  # noqa: E402
+from tfaccel.bench.results import git_revision  # noqa: E402
 from tfaccel.envs.atari import AtariConfig  # noqa: E402
 from tfaccel.envs.pool import EnvPool  # noqa: E402
 

@@ -23,6 +23,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from tfaccel.bench import results as results_file  # noqa: E402
+
 FRAME = (104, 80)
 ENVS = 32
 
@@ -114,20 +116,15 @@ def main():
         f"1M transitions -> {summary['projected_1m_gb']:.2f} GB"
     )
     if args.json:
-        revision = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        document = {
-            "command": " ".join(sys.argv),
-            "revision": revision,
-            "date": time.strftime("%Y-%m-%d"),
-            "frame_shape": FRAME,
-            "envs": ENVS,
-            "results": results,
-            "fit": summary,
-        }
-        with open(args.json, "w") as handle:
-            json.dump(document, handle, indent=2)
+        results_file.write_json(
+            args.json,
+            {
+                "frame_shape": FRAME,
+                "envs": ENVS,
+                "results": results,
+                "fit": summary,
+            },
+        )
     if args.plot:
         import matplotlib
 

@@ -29,7 +29,9 @@ def rows(root_dir):
 def test_smoke_run_writes_every_artifact(tmp_path):
     result = train(tmp_path, *SMOKE, "--gin_bindings=train.eval_episodes = 1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "done: 2,000 frames" in result.stdout
+    assert "done: 2,000 frames (500 agent steps)" in result.stdout
+    summary = result.stdout.strip().splitlines()[-2:]  # the score line, then where things are
+    assert summary[0].startswith("score") and f"bin/plot --run_dir={tmp_path}" in summary[1]
     table = rows(tmp_path)
     for column in (
         "env_frames",

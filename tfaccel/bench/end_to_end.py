@@ -25,8 +25,13 @@ def training_sps(
     num_groups: int = 2,
     warmup: float = 15.0,
     extra_bindings: tuple[str, ...] = (),
+    trainer: str = "train",
+    extra_columns: tuple[str, ...] = (),
 ) -> dict:
     """Trains `config` for `warmup + seconds` and returns agent steps/s and the time split.
+
+    `trainer` is the gin name of the config's trainer (`train`, or `train_off_policy` for the
+    Q-value configs); `extra_columns` of the last metrics.csv row are returned too.
 
     Raises:
         RuntimeError: the training command failed (its last output lines are in the message).
@@ -34,15 +39,15 @@ def training_sps(
     with tempfile.TemporaryDirectory() as root_dir:
         bindings = [
             f"AtariConfig.game = '{game}'",
-            f"train.num_workers = {workers}",
-            f"train.envs_per_worker = {envs_per_worker}",
-            f"train.num_groups = {num_groups}",
-            "train.total_frames = 10_000_000_000",
-            f"train.max_wall_seconds = {warmup + seconds}",
+            f"{trainer}.num_workers = {workers}",
+            f"{trainer}.envs_per_worker = {envs_per_worker}",
+            f"{trainer}.num_groups = {num_groups}",
+            f"{trainer}.total_frames = 10_000_000_000",
+            f"{trainer}.max_wall_seconds = {warmup + seconds}",
             # a row per 8 steps of every env (at least 100 agent steps): enough rows to measure
             # even a short run on a loaded machine, few enough to cost nothing
-            f"train.log_interval_frames = {max(400, 32 * workers * envs_per_worker)}",
-            "train.checkpoint_interval_frames = 10_000_000_000",
+            f"{trainer}.log_interval_frames = {max(400, 32 * workers * envs_per_worker)}",
+            f"{trainer}.checkpoint_interval_frames = 10_000_000_000",
             *extra_bindings,
         ]
         command = [sys.executable, os.path.join(ROOT, "bin", "train"), f"--gin_file={config}"]
@@ -67,4 +72,5 @@ def training_sps(
         "inference_fraction": float(last["inference_fraction"]),
         "learn_fraction": float(last["learn_fraction"]),
         "config": config,
+        **{column: float(last[column]) for column in extra_columns},
     }

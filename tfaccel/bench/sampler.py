@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ import numpy as np
 
 from tfaccel.bench import end_to_end
 from tfaccel.bench.peers import PEERS, timed
+from tfaccel.bench.results import git_revision
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 
@@ -152,17 +152,6 @@ def _cpu_seconds(pids) -> float:
         except OSError:
             pass
     return total
-
-
-def git_revision() -> str:
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def run(

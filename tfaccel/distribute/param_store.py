@@ -1,0 +1,172 @@
+"""The central parameter store of asynchronous training (Stooke & Abbeel, 2018, section 3.2).
+
+K sampler-learner processes share one flat float32 vector of parameters in shared CPU memory,
+split into chunks with one lock each. A learner `pull`s the current parameters, takes n local
+optimizer steps on its own copy, and `push`es its change: chunk by chunk, under that chunk's lock,
+the store adds the learner's update to whatever the parameters are now (other learners may have
+pushed since the pull). Locks are per chunk, so learners pushing at once wait only when they touch
+the same chunk at the same moment, and a reader never sees a half-written chunk.
+
+The update rule is the multi-step asynchronous Adam of `AsyncAdam`: each learner keeps its own
+Adam moments and step count and sends the change its n local Adam steps made; with one learner
+(nobody else moves the parameters between its pull and its push) the result is exactly Adam.
+
+Numpy and multiprocessing only; TensorFlow stays in the learners.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing import shared_memory
+
+import numpy as np
+
+
+class ParameterStore:
+    """A flat float32 parameter vector in shared memory, with one lock per chunk.
+
+    Create it in the parent with `ParameterStore.create(size, chunks)`; pass `store.handle()` to
+    child processes (spawn or forkserver), which `ParameterStore.attach(handle)`. The creator
+    `close(unlink=True)`s it at the end.
+
+    Attributes:
+        size: number of parameters.
+        bounds: [(start, stop)] of each chunk.
+        pushes: total pushes applied (a shared int64; for tests and logs).
+    """
+
+    def __init__(self, segment, size: int, locks, owner: bool):
+        self.size, self._segment, self._locks, self._owner = size, segment, locks, owner
+        self.bounds = _chunk_bounds(size, len(locks))
+        self._params = np.ndarray((size,), np.float32, buffer=segment.buf, offset=0)
+        self._pushes = np.ndarray((1,), np.int64, buffer=segment.buf, offset=_counter_offset(size))
+
+    @classmethod
+    def create(cls, size: int, chunks: int = 16, context=None) -> ParameterStore:
+        """A zeroed store of `size` parameters in `chunks` chunks (at most one per parameter)."""
+        if size <= 0:
+            raise ValueError(f"a parameter store needs at least one parameter, got {size}")
+        chunks = max(1, min(int(chunks), size))
+        context = context or multiprocessing.get_context("spawn")
+        segment = shared_memory.SharedMemory(create=True, size=_counter_offset(size) + 8)
+        store = cls(segment, size, [context.Lock() for _ in range(chunks)], owner=True)
+        store._params[:] = 0.0
+        store._pushes[0] = 0
+        return store
+
+    def handle(self) -> tuple:
+        """What a child process needs to `attach` (picklable when passed at process start)."""
+        return (self._segment.name, self.size, self._locks)
+
+    @classmethod
+    def attach(cls, handle: tuple) -> ParameterStore:
+        name, size, locks = handle
+        segment = shared_memory.SharedMemory(name=name)
+        return cls(segment, size, locks, owner=False)
+
+    @property
+    def pushes(self) -> int:
+        return int(self._pushes[0])
+
+    def set(self, values: np.ndarray) -> None:
+        """Overwrites the parameters (initialization and restore), chunk by chunk under locks."""
+        values = self._check(values)
+        for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
+            with lock:
+                self._params[start:stop] = values[start:stop]
+
+    def pull(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Copies the current parameters into `out` (a new array if None); each chunk is read
+        whole under its lock, chunks one after another."""
+        out = np.empty(self.size, np.float32) if out is None else self._check(out)
+        for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
+            with lock:
+                out[start:stop] = self._params[start:stop]
+        return out
+
+    def push(self, delta: np.ndarray) -> None:
+        """Adds `delta` [size] to the parameters, chunk by chunk, each under its lock."""
+        delta = self._check(delta)
+        for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
+            with lock:
+                self._params[start:stop] += delta[start:stop]
+        with self._locks[0]:
+            self._pushes[0] += 1
+
+    def _check(self, array: np.ndarray) -> np.ndarray:
+        array = np.asarray(array)
+        if array.shape != (self.size,) or array.dtype != np.float32:
+            raise ValueError(
+                f"expected float32 [{self.size}] parameters, got {array.dtype} {list(array.shape)}"
+            )
+        return array
+
+    def close(self, unlink: bool | None = None) -> None:
+        """Unmaps the segment; the creator (or `unlink=True`) also removes it."""
+        self._params = self._pushes = None
+        self._segment.close()
+        if self._owner if unlink is None else unlink:
+            try:
+                self._segment.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _chunk_bounds(size: int, chunks: int) -> list[tuple[int, int]]:
+    edges = np.linspace(0, size, chunks + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def _counter_offset(size: int) -> int:
+    return ((4 * size + 7) // 8) * 8  # the push counter, 8-byte aligned after the parameters
+
+
+class AsyncAdam:
+    """Multi-step asynchronous Adam, one instance per learner (numpy reference of the rule).
+
+    A learner holds its own moments m, v and step count t. One round:
+
+    1. `theta = store.pull()`; the learner's copy starts from the current parameters.
+    2. n local steps: g_k is the gradient at the learner's copy; Adam with the learner's moments:
+       t += 1, m = b1 m + (1 - b1) g_k, v = b2 v + (1 - b2) g_k^2,
+       copy -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
+       (Kingma & Ba's efficient form of the bias correction, as Keras computes it).
+    3. `store.push(copy - theta)`: the change of the n steps is added to the current parameters.
+
+    With one learner, nothing moves the parameters between its pull and its push, so the store
+    follows exactly the trajectory of Adam (Kingma & Ba, 2015) with those gradients. With K
+    learners, each change lands on parameters that others changed meanwhile (asynchronous
+    updates, as in A3C). The learners in `tfaccel` run step 2 with Keras's Adam inside their
+    compiled update; this class is the definition the tests check them against.
+    """
+
+    def __init__(self, size: int, learning_rate: float, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self.learning_rate, self.beta_1, self.beta_2, self.epsilon = (
+            learning_rate,
+            beta_1,
+            beta_2,
+            epsilon,
+        )
+        self.m = np.zeros(size, np.float32)
+        self.v = np.zeros(size, np.float32)
+        self.t = 0
+
+    def step(self, params: np.ndarray, gradient: np.ndarray) -> np.ndarray:
+        """One local Adam step on `params` (returns the new params), in float32 and in the order
+        of Keras's operations, so that the two agree to rounding."""
+        f32 = np.float32
+        self.t += 1
+        gradient = np.asarray(gradient, f32)
+        b1, b2, lr = f32(self.beta_1), f32(self.beta_2), f32(self.learning_rate)
+        alpha = lr * np.sqrt(f32(1) - b2 ** f32(self.t)) / (f32(1) - b1 ** f32(self.t))
+        self.m += (gradient - self.m) * f32(1 - self.beta_1)
+        self.v += (np.square(gradient) - self.v) * f32(1 - self.beta_2)
+        return params - (self.m * alpha) / (np.sqrt(self.v) + f32(self.epsilon))
+
+    def round(self, store: ParameterStore, gradient_fn, steps: int = 1) -> None:
+        """Pull, `steps` local steps with `gradient_fn(params) -> gradient`, push."""
+        start = store.pull()
+        params = start.copy()
+        for _ in range(steps):
+            params = self.step(params, gradient_fn(params))
+        store.push(params - start)

@@ -1,0 +1,142 @@
+"""Learning curves of runs: raw score against frames and against wall time (behind `bin/plot`).
+
+Runs whose `operative_config.gin` differ only in their seeds are one curve: the mean over seeds
+with the range (min to max) shaded, on a common grid of frames (or seconds) that every run
+covers. Other runs are one curve each, labelled by their directory name.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import re
+
+import numpy as np
+
+_SEED_LINE = re.compile(r"^[\w.]*seed\s*=.*$", re.MULTILINE)
+
+
+@dataclasses.dataclass
+class Run:
+    """One run directory's curve."""
+
+    name: str
+    frames: np.ndarray  # [K] env frames of the metrics rows that have a score
+    wall_s: np.ndarray  # [K]
+    score: np.ndarray  # [K] mean raw score of the last 20 games
+    config_key: str  # operative config without seeds (runs alike up to the seed share it)
+
+
+def load_run(run_dir: str) -> Run:
+    """Reads `metrics.csv` (and `operative_config.gin`) of a run directory.
+
+    Raises:
+        ValueError: the directory has no metrics.csv, or it has no scored row yet.
+    """
+    path = os.path.join(run_dir, "metrics.csv")
+    if not os.path.exists(path):
+        raise ValueError(f"{run_dir} is not a run directory: it has no metrics.csv")
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    scored = [row for row in rows if row.get("episode_return_raw_mean") not in ("", "nan", None)]
+    scored = [row for row in scored if not math.isnan(float(row["episode_return_raw_mean"]))]
+    if not scored:
+        raise ValueError(f"{path} has no finished games yet")
+    config_path = os.path.join(run_dir, "operative_config.gin")
+    config = open(config_path).read() if os.path.exists(config_path) else run_dir
+    return Run(
+        name=os.path.basename(os.path.normpath(run_dir)),
+        frames=np.array([float(row["env_frames"]) for row in scored]),
+        wall_s=np.array([float(row["wall_s"]) for row in scored]),
+        score=np.array([float(row["episode_return_raw_mean"]) for row in scored]),
+        config_key=_SEED_LINE.sub("", config).strip(),
+    )
+
+
+@dataclasses.dataclass
+class Curve:
+    """What one line of the plot shows: a mean over `runs` and its range."""
+
+    label: str
+    runs: list[str]
+    x: np.ndarray  # [G]
+    mean: np.ndarray  # [G]
+    low: np.ndarray  # [G]
+    high: np.ndarray  # [G]
+
+
+def curves(runs: list[Run], axis: str = "frames", points: int = 200) -> list[Curve]:
+    """Groups runs alike up to their seeds and averages each group on a common grid.
+
+    Args:
+        runs: the loaded runs.
+        axis: `frames` or `wall_s`.
+        points: grid points of a group of several runs (a single run keeps its own rows).
+    """
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.config_key, []).append(run)
+    result = []
+    for members in groups.values():
+        names = [run.name for run in members]
+        xs = [getattr(run, axis) for run in members]
+        if len(members) == 1:
+            x, scores = xs[0], members[0].score[None]
+        else:
+            end = min(x[-1] for x in xs)  # every run covers the grid
+            start = max(x[0] for x in xs)
+            x = np.linspace(start, end, points) if end > start else np.array([end])
+            scores = np.stack(
+                [np.interp(x, xr, run.score) for xr, run in zip(xs, members, strict=True)]
+            )
+        label = names[0] if len(names) == 1 else f"{_common_name(names)} ({len(names)} seeds)"
+        result.append(
+            Curve(label, names, x, scores.mean(0), scores.min(0), scores.max(0))
+        )  # fmt: skip
+    return result
+
+
+def _common_name(names: list[str]) -> str:
+    prefix = os.path.commonprefix(names).rstrip("_-.")
+    return prefix or names[0]
+
+
+def plot(run_dirs: list[str], out: str, title: str | None = None, target: float | None = None):
+    """Writes a PNG with score against frames (left) and against wall time (right).
+
+    Returns:
+        The curves of the frames panel (for tests and captions).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [load_run(run_dir) for run_dir in run_dirs]
+    figure, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    panels = ((by_frames, "frames", 1e6, "env frames (millions)"),)
+    panels += ((by_time, "wall_s", 60.0, "wall time (minutes)"),)
+    frame_curves = []
+    for axes, axis, scale, xlabel in panels:
+        for curve in curves(runs, axis):
+            (line,) = axes.plot(curve.x / scale, curve.mean, label=curve.label)
+            if len(curve.runs) > 1:
+                axes.fill_between(
+                    curve.x / scale, curve.low, curve.high, color=line.get_color(), alpha=0.2
+                )
+            if axis == "frames":
+                frame_curves.append(curve)
+        if target is not None:
+            axes.axhline(target, color="gray", linestyle="--", linewidth=1, label="target")
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("raw score (mean of the last 20 games)")
+        axes.grid(alpha=0.3)
+    by_frames.legend(loc="lower right", fontsize="small")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return frame_curves
