@@ -75,7 +75,7 @@ def test_concurrent_pushes_lose_no_update_and_pulls_see_whole_chunks():
         assert store.pushes == total and torn == 0
     finally:
         store.close()
-    assert not os.path.exists(f"/dev/shm/{store.handle()[0]}")
+    assert not os.path.exists(store.path)
 
 
 def test_a_push_of_the_wrong_shape_is_named():

@@ -129,15 +129,14 @@ def train_off_policy(
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
-    chief, vote = strategies.is_chief(strategy), strategies.AnyVote(strategy)
-    run_dir, seed = (
-        strategies.worker_dir(root_dir, strategy),
-        strategies.worker_seed(seed, strategy),
-    )
+    team = strategies.SyncTeam(strategy)
+    chief, vote = team.chief, team.stop
+    run_dir, seed = team.run_dir(root_dir), team.seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
-    log = MetricsLogger(run_dir)
-    eval_log = MetricsLogger(run_dir, "eval")
+    quiet = None if chief else open(os.devnull, "w")  # only the chief shows progress
+    log = MetricsLogger(run_dir, stream=quiet)
+    eval_log = MetricsLogger(run_dir, "eval", stream=quiet)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
@@ -225,7 +224,7 @@ def train_off_policy(
                 log.message(f"evaluation at {state.frames:,} frames: {scores['mean']:.1f}")
 
         sampler = ReplaySampler(pool, act, replays)
-        state = _LoopState(counters, frame_skip, vote.workers)
+        state = _LoopState(counters, frame_skip, team.size)
         state.beta = priority_beta
         warm = False  # every worker has min_replay_steps transitions (they start together)
 
@@ -240,7 +239,7 @@ def train_off_policy(
                     state.frames >= total_frames or stop.signal_name is not None or out_of_time
                 ):
                     break
-                steps = state.base_steps + sampler.agent_steps * vote.workers
+                steps = state.base_steps + sampler.agent_steps * team.size
                 sampler.step(float(dqn.epsilon(algorithm, steps)))
                 stored = sum(len(r) for r in replays)
                 warm = warm or not vote(stored < min_replay_steps)
@@ -257,7 +256,7 @@ def train_off_policy(
                     state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
-                steps = state.base_steps + sampler.agent_steps * vote.workers
+                steps = state.base_steps + sampler.agent_steps * team.size
                 if steps - state.synced >= algorithm.target_update_period:
                     agent.sync_target()
                     state.synced = steps

@@ -73,7 +73,7 @@ def run(root_dir: str, trainer=None) -> dict:
     return (trainer or train)(root_dir)
 
 
-@gin.configurable(denylist=["root_dir"])
+@gin.configurable(denylist=["root_dir", "team"])
 def train(
     root_dir: str,
     env=gin.REQUIRED,
@@ -99,6 +99,7 @@ def train(
     worker_niceness: int = 5,
     tf_threads: int = 0,
     seed: int = 0,
+    team=None,
 ) -> dict:
     """Trains an on-policy agent; see the module docstring. Returns the final summary.
 
@@ -132,21 +133,22 @@ def train(
         worker_niceness: nice value added to env workers so inference and learning get the cores.
         tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
         seed: seeds the envs and the policy's sampling.
+        team: the processes training together, when not this process alone or the workers of
+            the strategy (`tfaccel.distribute.asynchronous.AsyncTeam`; not a gin setting).
     """
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     group_size = num_workers * envs_per_worker // max(num_groups, 1)
     strategies.check_split(strategy, group_size, "the number of envs per group")
-    # Several machines: each worker runs this on its own envs; the chief owns root_dir, the
-    # others keep their state in root_dir/worker-<i>; frames count all workers' envs.
-    workers, chief = strategies.num_workers(strategy), strategies.is_chief(strategy)
-    run_dir, seed = (
-        strategies.worker_dir(root_dir, strategy),
-        strategies.worker_seed(seed, strategy),
-    )
+    # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
+    # the chief owns root_dir, the others keep their state in their own directory below it.
+    team = team or strategies.SyncTeam(strategy)
+    workers, chief = team.size, team.chief
+    run_dir, seed = team.run_dir(root_dir), team.seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     frame_skip = getattr(env, "frame_skip", 1)
-    log = MetricsLogger(run_dir)
-    eval_log = MetricsLogger(run_dir, "eval")
+    quiet = None if chief else open(os.devnull, "w")  # only the chief shows progress
+    log = MetricsLogger(run_dir, stream=quiet)
+    eval_log = MetricsLogger(run_dir, "eval", stream=quiet)
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
         worker_niceness=worker_niceness,
@@ -190,12 +192,13 @@ def train(
         restored = saver.restore()
         restore_seconds = time.perf_counter() - tick
         with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
-            handle.write(gin.operative_config_str())
+            handle.write(gin.operative_config_str() + getattr(team, "operative_config", ""))
         if restored:
             log.message(
                 f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames "
                 f"(restored in {restore_seconds:.2f} s)"
             )
+        agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)
         policy_dir = os.path.join(root_dir, "policy")
         atari = env if isinstance(env, AtariConfig) else None
@@ -211,19 +214,17 @@ def train(
             return {"eval_return_mean": scores["mean"], "eval_return_std": scores["std"]}
 
         limits = (total_frames, max_wall_seconds, log_interval_frames, checkpoint_interval_frames)
-        vote = strategies.AnyVote(strategy)
-        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, limits, vote)
+        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, limits, team)
 
 
-def _loop(sampler, agent, counters, save, logs, frame_skip, limits, vote):
+def _loop(sampler, agent, counters, save, logs, frame_skip, limits, team):
     """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal.
 
-    `vote(stop)` makes every worker of a multi-worker run stop at the same update; frames count
-    every worker's envs (each worker steps as many as this one).
+    `team` counts the agent steps of every process training together and makes them stop
+    together (`team.stop(flag)` is True on all of them once any of them asks).
     """
     log, eval_log = logs
     total_frames, max_wall_seconds, log_every, save_every = limits
-    workers = vote.workers  # every worker steps as many envs as this one
     base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
     start = time.perf_counter()
     recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
@@ -232,7 +233,7 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits, vote):
         "log": base_steps * frame_skip,
         "save": base_steps * frame_skip,
         "time": start,
-        "steps": 0,
+        "steps": base_steps,
     }
     frames = base_steps * frame_skip
     if frames >= total_frames:
@@ -252,17 +253,13 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits, vote):
             recent.extend(score for score, _ in games)
             counters.games.assign_add(len(games))
             counters.updates.assign_add(1)
-            frames = (base_steps + sampler.agent_steps * workers) * frame_skip
+            steps = team.agent_steps(base_steps, sampler.agent_steps)  # every process's
+            frames = steps * frame_skip
             out_of_time = max_wall_seconds and time.perf_counter() - start >= max_wall_seconds
-            done = vote(frames >= total_frames or stop.signal_name is not None or out_of_time)
+            done = team.stop(frames >= total_frames or stop.signal_name is not None or out_of_time)
             if frames - last["log"] >= log_every or done:
                 now = time.perf_counter()
-                fps = (
-                    (sampler.agent_steps - last["steps"])
-                    * workers
-                    * frame_skip
-                    / max(now - last["time"], 1e-9)
-                )
+                fps = (steps - last["steps"]) * frame_skip / max(now - last["time"], 1e-9)
                 elapsed = now - start
                 row = {
                     "env_frames": frames,
@@ -285,7 +282,7 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits, vote):
                     f"learn {row['learn_fraction']:.0%})  score {row['episode_return_raw_mean']:.1f}  "
                     f"ETA {eta / 60:.0f} min"
                 )
-                last.update(log=frames, time=now, steps=sampler.agent_steps)
+                last.update(log=frames, time=now, steps=steps)
             if frames - last["save"] >= save_every or done:
                 counters.agent_steps.assign(frames // frame_skip)
                 counters.wall_seconds.assign(base_wall + time.perf_counter() - start)

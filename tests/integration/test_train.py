@@ -102,8 +102,10 @@ def test_sigint_saves_a_checkpoint_and_the_run_resumes(tmp_path):
         ["--gin_file=catch_ppo.gin"],
         ["--gin_file=catch_dqn.gin"],
         ["--gin_file=catch_dqn.gin", "--gin_bindings=DQNConfig.num_atoms = 51"],
+        ["--gin_file=catch_a3c.gin"],
+        ["--gin_file=catch_appo.gin"],
     ],
-    ids=["a2c", "ppo", "dqn", "categorical_dqn"],
+    ids=["a2c", "ppo", "dqn", "categorical_dqn", "a3c", "appo"],
 )
 def test_learns_catch_in_seconds(tmp_path, args):
     result = train(tmp_path, *args)

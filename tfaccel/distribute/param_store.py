@@ -16,10 +16,16 @@ Numpy and multiprocessing only; TensorFlow stays in the learners.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-from multiprocessing import shared_memory
+import os
+import uuid
 
 import numpy as np
+
+from tfaccel.envs.worker import map_shared, unmap_shared
+
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
 
 
 class ParameterStore:
@@ -29,44 +35,85 @@ class ParameterStore:
     child processes (spawn or forkserver), which `ParameterStore.attach(handle)`. The creator
     `close(unlink=True)`s it at the end.
 
+    Beside the parameters the segment holds three shared counters, read and written under the
+    first chunk's lock: pushes applied, agent steps taken by all learners, and a stop request.
+
     Attributes:
         size: number of parameters.
         bounds: [(start, stop)] of each chunk.
-        pushes: total pushes applied (a shared int64; for tests and logs).
     """
 
-    def __init__(self, segment, size: int, locks, owner: bool):
-        self.size, self._segment, self._locks, self._owner = size, segment, locks, owner
+    _PUSHES, _STEPS, _STOP = range(3)
+
+    def __init__(self, path: str, block, size: int, locks, owner: bool):
+        self.size, self.path, self._block, self._locks, self._owner = (
+            size,
+            path,
+            block,
+            locks,
+            owner,
+        )
         self.bounds = _chunk_bounds(size, len(locks))
-        self._params = np.ndarray((size,), np.float32, buffer=segment.buf, offset=0)
-        self._pushes = np.ndarray((1,), np.int64, buffer=segment.buf, offset=_counter_offset(size))
+        self._header = np.ndarray((4,), np.int64, buffer=block, offset=0)
+        self._params = np.ndarray((size,), np.float32, buffer=block, offset=32)
 
     @classmethod
-    def create(cls, size: int, chunks: int = 16, context=None) -> ParameterStore:
-        """A zeroed store of `size` parameters in `chunks` chunks (at most one per parameter)."""
+    def create(
+        cls, size: int, chunks: int = 16, context=None, locks=None, name: str | None = None
+    ) -> ParameterStore:
+        """A zeroed store of `size` parameters in `chunks` chunks (at most one per parameter).
+
+        `locks` (one per chunk) and `name` (a file name in /dev/shm) may come from a parent that
+        started the processes which will `attach`: locks can only reach a process when it
+        starts.
+        """
         if size <= 0:
             raise ValueError(f"a parameter store needs at least one parameter, got {size}")
-        chunks = max(1, min(int(chunks), size))
-        context = context or multiprocessing.get_context("spawn")
-        segment = shared_memory.SharedMemory(create=True, size=_counter_offset(size) + 8)
-        store = cls(segment, size, [context.Lock() for _ in range(chunks)], owner=True)
+        if locks is None:
+            context = context or multiprocessing.get_context("spawn")
+            locks = [context.Lock() for _ in range(max(1, min(int(chunks), size)))]
+        path = os.path.join(SHM_DIR, name or f"tfaccel-ps-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        block = map_shared(path, 32 + 4 * size, create=True)
+        store = cls(path, block, size, list(locks), owner=True)
+        store._header[:] = 0
         store._params[:] = 0.0
-        store._pushes[0] = 0
         return store
 
     def handle(self) -> tuple:
         """What a child process needs to `attach` (picklable when passed at process start)."""
-        return (self._segment.name, self.size, self._locks)
+        return (os.path.basename(self.path), self.size, self._locks)
 
     @classmethod
     def attach(cls, handle: tuple) -> ParameterStore:
         name, size, locks = handle
-        segment = shared_memory.SharedMemory(name=name)
-        return cls(segment, size, locks, owner=False)
+        path = os.path.join(SHM_DIR, name)
+        if os.path.getsize(path) < 32 + 4 * size:
+            raise ValueError(f"store {path} holds fewer than {size} parameters")
+        return cls(path, map_shared(path, 32 + 4 * size, create=False), size, locks, owner=False)
+
+    def _counter(self, slot: int, add: int = 0) -> int:
+        with self._locks[0]:
+            self._header[slot] += add
+            return int(self._header[slot])
 
     @property
     def pushes(self) -> int:
-        return int(self._pushes[0])
+        return self._counter(self._PUSHES)
+
+    def add_steps(self, steps: int) -> int:
+        """Adds agent steps taken by a learner; returns the total of all learners."""
+        return self._counter(self._STEPS, int(steps))
+
+    def set_steps(self, steps: int) -> None:
+        with self._locks[0]:
+            self._header[self._STEPS] = int(steps)
+
+    def request_stop(self) -> None:
+        self._counter(self._STOP, 1)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._counter(self._STOP) > 0
 
     def set(self, values: np.ndarray) -> None:
         """Overwrites the parameters (initialization and restore), chunk by chunk under locks."""
@@ -90,8 +137,7 @@ class ParameterStore:
         for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
             with lock:
                 self._params[start:stop] += delta[start:stop]
-        with self._locks[0]:
-            self._pushes[0] += 1
+        self._counter(self._PUSHES, 1)
 
     def _check(self, array: np.ndarray) -> np.ndarray:
         array = np.asarray(array)
@@ -103,22 +149,16 @@ class ParameterStore:
 
     def close(self, unlink: bool | None = None) -> None:
         """Unmaps the segment; the creator (or `unlink=True`) also removes it."""
-        self._params = self._pushes = None
-        self._segment.close()
+        self._params = self._header = None
+        unmap_shared(self._block)
         if self._owner if unlink is None else unlink:
-            try:
-                self._segment.unlink()
-            except FileNotFoundError:
-                pass
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
 
 def _chunk_bounds(size: int, chunks: int) -> list[tuple[int, int]]:
     edges = np.linspace(0, size, chunks + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-
-
-def _counter_offset(size: int) -> int:
-    return ((4 * size + 7) // 8) * 8  # the push counter, 8-byte aligned after the parameters
 
 
 class AsyncAdam:

@@ -171,18 +171,6 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return worker_index(strategy) == 0
 
 
-def worker_dir(root_dir: str, strategy: tf.distribute.Strategy) -> str:
-    """Where this process keeps its own state: `root_dir` for the chief, `root_dir/worker-<i>`
-    for the other workers (their checkpoints, logs and random state)."""
-    index = worker_index(strategy)
-    return root_dir if index == 0 else os.path.join(root_dir, f"worker-{index}")
-
-
-def worker_seed(seed: int, strategy: tf.distribute.Strategy) -> int:
-    """A seed per worker, so workers' envs and exploration differ."""
-    return seed + 100_003 * worker_index(strategy)
-
-
 class AnyVote:
     """Workers take a decision at the same step (to stop, to start learning), or the others
     would wait for them in an all-reduce.
@@ -234,3 +222,30 @@ def shard(batch, index: int, count: int, axes):
         return np.take(array, np.arange(index * size, (index + 1) * size), axis=axis)
 
     return tf.nest.map_structure(take, batch, axes)
+
+
+class SyncTeam:
+    """The processes of a synchronous run as the runner sees them: this process alone, or the
+    workers of a multi-worker strategy (each stepping as many envs as this one)."""
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        self.index, self.size = worker_index(strategy), num_workers(strategy)
+        self.chief = self.index == 0
+        self._vote = AnyVote(strategy)
+
+    def run_dir(self, root_dir: str) -> str:
+        return root_dir if self.chief else os.path.join(root_dir, f"worker-{self.index}")
+
+    def seed(self, seed: int) -> int:
+        return seed + 100_003 * self.index
+
+    def attach(self, agent, counters):
+        del counters
+        return agent
+
+    def agent_steps(self, base_steps: int, local_steps: int) -> int:
+        """Agent steps of every worker: the restored count plus this worker's times workers."""
+        return base_steps + local_steps * self.size
+
+    def stop(self, flag: bool) -> bool:
+        return self._vote(flag)

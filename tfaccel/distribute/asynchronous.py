@@ -1,0 +1,251 @@
+"""Asynchronous training inside a machine: K sampler-learners around one parameter store.
+
+Stooke & Abbeel (2018), section 3.2, and Distributed BA3C (Adamski et al., 2018): each learner
+process has its own envs, sampler and device; it pulls the current parameters from the central
+store (`param_store.ParameterStore`), takes `steps_per_push` local updates with its own Adam
+moments, and pushes their change (`param_store.AsyncAdam` defines the rule; with one learner it
+is exactly Adam). Nobody waits for anybody: a learner's change lands on parameters the others
+moved meanwhile. A3C (BA3C-style batched) is `a2c.gin` run this way (`gin_configs/a3c.gin`), APPO
+is PPO with the paper's changes for asynchrony (`gin_configs/appo.gin`).
+
+`train_async(root_dir)` (gin: `run.trainer = @train_async`) starts the learners as spawned
+processes, each running the on-policy `runner.train` with an `AsyncTeam`. Learner 0 (the chief)
+creates the store from its (restored or fresh) network and writes the run directory; learner i
+keeps its own checkpoints and log in `<root_dir>/learner-<i>`. Frames count every learner's envs
+(a shared counter in the store); any learner's stop (frame budget, signal, wall time) stops all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import secrets
+import signal
+import time
+from multiprocessing import connection
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from tfaccel.distribute.param_store import SHM_DIR, ParameterStore
+
+
+class StoreSync:
+    """Wraps a `Learner`: pull before each round of `steps_per_push` updates, push after it.
+
+    Everything else (network, optimizer, generator, learning_rate) is the learner's.
+    """
+
+    def __init__(self, agent, store: ParameterStore, steps_per_push: int):
+        self._agent, self._store, self._steps_per_push = agent, store, int(steps_per_push)
+        variables = agent.network.trainable_variables
+        self._shapes = [v.shape for v in variables]
+        sizes = [int(np.prod(shape)) for shape in self._shapes]
+        self.size = sum(sizes)
+
+        @tf.function
+        def read():
+            return tf.concat([tf.reshape(v, [-1]) for v in variables], axis=0)
+
+        @tf.function
+        def write(flat):
+            for variable, piece in zip(variables, tf.split(flat, sizes), strict=True):
+                variable.assign(tf.reshape(piece, variable.shape))
+
+        self.read, self._write = (lambda: read().numpy()), write
+        self._start = None
+        self._since_pull = 0
+
+    def __getattr__(self, name):
+        return getattr(self._agent, name)
+
+    def pull(self) -> None:
+        self._start = self._store.pull()
+        self._write(self._start)
+
+    def train(self, batch) -> dict:
+        if self._since_pull == 0:
+            self.pull()
+        metrics = self._agent.train(batch)
+        self._since_pull += 1
+        if self._since_pull == self._steps_per_push:
+            self._store.push(self.read() - self._start)
+            self._since_pull = 0
+        return metrics
+
+
+class AsyncTeam:
+    """This learner's place among the K learners of an asynchronous run (see the module doc).
+
+    The runner asks it where to write, which seed to use, how many agent steps all learners have
+    taken, and whether to stop; `attach` wraps the runner's learner in a `StoreSync`.
+    """
+
+    def __init__(
+        self, index: int, size: int, steps_per_push: int, store_name: str, locks, ready,
+        operative_config: str = "",
+    ):  # fmt: skip
+        self.index, self.size, self.chief = index, size, index == 0
+        self.operative_config = operative_config  # the launcher's settings, for the run dir
+        self._steps_per_push, self._store_name, self._locks = steps_per_push, store_name, locks
+        self._ready, self.store, self._reported = ready, None, 0
+
+    def run_dir(self, root_dir: str) -> str:
+        return root_dir if self.chief else os.path.join(root_dir, f"learner-{self.index}")
+
+    def seed(self, seed: int) -> int:
+        return seed + 100_003 * self.index
+
+    def attach(self, agent, counters):
+        """Connects the learner to the store; the chief creates it from its own weights."""
+        sync = StoreSync(agent, None, self._steps_per_push)
+        if self.chief:
+            self.store = ParameterStore.create(sync.size, locks=self._locks, name=self._store_name)
+            self.store.set(sync.read())
+            self.store.set_steps(int(counters.agent_steps))
+            self._ready.set()
+        else:
+            if not self._ready.wait(timeout=600):
+                raise RuntimeError("the chief learner did not create the parameter store in 600 s")
+            self.store = ParameterStore.attach((self._store_name, sync.size, self._locks))
+        sync._store = self.store
+        sync.pull()
+        return sync
+
+    def agent_steps(self, base_steps: int, local_steps: int) -> int:
+        """All learners' agent steps (this learner adds the steps it took since it last asked)."""
+        del base_steps  # the store's counter started from the chief's restored count
+        added, self._reported = local_steps - self._reported, local_steps
+        return self.store.add_steps(added)
+
+    def stop(self, flag: bool) -> bool:
+        if flag:
+            self.store.request_stop()
+        return bool(flag) or self.store.stop_requested
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close(unlink=False)
+
+
+def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: str | None):
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    from tfaccel import off_policy, runner  # noqa: F401  (registers every configurable)
+
+    gin.parse_config(config)
+    team = AsyncTeam(*team_args)
+    try:
+        summary = runner.train(root_dir, team=team)
+    finally:
+        team.close()
+    results.put((team.index, summary))
+
+
+@gin.configurable(denylist=["root_dir"], module="tfaccel")
+def train_async(
+    root_dir: str, learners: int = 2, steps_per_push: int = 1, chunks: int = 16
+) -> dict:
+    """Runs `learners` asynchronous sampler-learners of the on-policy config; see the module doc.
+
+    Args:
+        root_dir: the run directory (created; reused to resume).
+        learners: K, learner processes, each with the config's envs and its own device (GPU i
+            modulo the GPUs, or the CPU).
+        steps_per_push: n, local updates between a learner's pull and its push.
+        chunks: locks of the parameter store (pushes to different chunks do not wait).
+
+    Returns:
+        The chief learner's summary.
+
+    Raises:
+        RuntimeError: a learner failed (the others are stopped and save a checkpoint first).
+    """
+    if learners < 1 or steps_per_push < 1 or chunks < 1:
+        raise ValueError(
+            f"train_async needs learners, steps_per_push and chunks >= 1, got {learners}, "
+            f"{steps_per_push}, {chunks}"
+        )
+    context = multiprocessing.get_context("spawn")
+    locks = [context.Lock() for _ in range(chunks)]
+    ready, results = context.Event(), context.Queue()
+    name = f"tfaccel-ps-{os.getpid()}-{secrets.token_hex(4)}"
+    gpus = [str(i) for i, _ in enumerate(tf.config.list_physical_devices("GPU"))]
+    config, operative = gin.config_str(), gin.operative_config_str()
+    processes = [
+        context.Process(
+            target=_learner_main,
+            args=(
+                config,
+                root_dir,
+                (index, learners, steps_per_push, name, locks, ready, operative),
+                results,
+                gpus[index % len(gpus)] if gpus else None,
+            ),
+            name=f"tfaccel-learner{index}",
+        )  # fmt: skip
+        for index in range(learners)
+    ]
+    for process in processes:
+        process.start()
+    previous = signal.signal(signal.SIGINT, lambda *_: _terminate(processes))
+    try:
+        failed = _wait(processes)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _unlink(name)
+    summaries = {}
+    while True:
+        try:
+            index, summary = results.get(timeout=1.0)
+        except queue.Empty:
+            break
+        summaries[index] = summary
+    if failed:
+        raise RuntimeError(
+            f"learner {failed[0]} of the asynchronous run failed (exit code {failed[1]}); the "
+            "others saved a checkpoint and stopped: run the same command to resume"
+        )
+    return summaries[0]
+
+
+def _wait(processes) -> tuple[int, int] | None:
+    """Waits for every learner; after the first failure, stops the others. Returns the first
+    failure as (index, exit code), or None."""
+    failed, alive = None, dict(enumerate(processes))
+    while alive:
+        ready = connection.wait([p.sentinel for p in alive.values()], timeout=1.0)
+        for index, process in list(alive.items()):
+            if process.sentinel in ready:
+                process.join()
+                del alive[index]
+                if process.exitcode != 0 and failed is None:
+                    failed = (index, process.exitcode)
+                    _stop_all(alive.values())
+    return failed
+
+
+def _terminate(processes) -> None:
+    """SIGTERM: each learner's runner saves a checkpoint and exits."""
+    for process in processes:
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
+
+
+def _stop_all(processes, grace: float = 60.0) -> None:
+    """SIGTERM, then SIGKILL for a learner still running after `grace` seconds."""
+    processes = list(processes)
+    _terminate(processes)
+    deadline = time.time() + grace
+    for process in processes:
+        process.join(timeout=max(deadline - time.time(), 0.1))
+        if process.is_alive():
+            process.kill()
+
+
+def _unlink(name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(SHM_DIR, name))
