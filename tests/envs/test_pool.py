@@ -141,11 +141,11 @@ def test_close_is_idempotent_and_leaves_nothing():
     before = shm_segments()
     pool = EnvPool(ScriptedConfig(), 3, 2)
     pool.reset()
-    assert shm_segments() == before  # the segment's name is gone once every worker mapped it
+    assert not shm_segments() - before  # the segment's name is gone once every worker mapped it
     assert sorted(pool.pids) == sorted(worker_children())
     pool.close()
     pool.close()
-    assert shm_segments() == before
+    assert not shm_segments() - before
     assert not worker_children()
     with pytest.raises(PoolError, match="closed"):
         pool.step(np.zeros(6, np.int32))
@@ -157,7 +157,7 @@ def test_exception_in_caller_closes_pool():
         with EnvPool(ScriptedConfig(), 2, 2) as pool:
             pool.reset()
             raise KeyError("caller bug")
-    assert shm_segments() == before and not worker_children()
+    assert not shm_segments() - before and not worker_children()
 
 
 def test_env_exception_reaches_caller_with_worker_and_env():
@@ -173,7 +173,7 @@ def test_env_exception_reaches_caller_with_worker_and_env():
             match=r"worker 1 .*envs \[2, 3\].*env 3 raised RuntimeError: scripted fault at step 3",
         ):
             pool.step(np.zeros(4, np.int32))
-    assert shm_segments() == before and not worker_children()
+    assert not shm_segments() - before and not worker_children()
 
 
 def test_killed_worker_is_reported_within_seconds():
@@ -185,7 +185,7 @@ def test_killed_worker_is_reported_within_seconds():
         with pytest.raises(PoolError, match=r"worker 0 .*(died|is gone).*SIGKILL"):
             pool.step(np.zeros(4, np.int32))
         assert time.monotonic() - start < 5
-    assert shm_segments() == before and not worker_children()
+    assert not shm_segments() - before and not worker_children()
 
 
 def test_worker_crash_inside_env_is_reported():
@@ -298,12 +298,13 @@ def test_caller_interrupted_or_killed_leaves_no_workers_or_segments(how):
         assert lines[-1], process.stderr.read()
     pids = [int(p) for p in lines[-1].split()[1:]]
     os.kill(process.pid, signal.SIGINT if how == "sigint" else signal.SIGKILL)
-    process.wait(30)
+    process.wait(90)  # seconds on an idle machine; generous for a loaded CI runner
     assert not wait_gone(pids)
+    # Only new segments count: an earlier test's segment may still be on its way out.
     deadline = time.monotonic() + 10
-    while shm_segments() != before and time.monotonic() < deadline:
+    while shm_segments() - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert shm_segments() == before
+    assert not shm_segments() - before
 
 
 def test_thirty_two_env_atari_pool_starts_fast():

@@ -111,7 +111,7 @@ def test_learns_catch_in_seconds(tmp_path, args):
     result = train(tmp_path, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     scores = [float(row["episode_return_raw_mean"]) for row in rows(tmp_path)]
-    assert scores[0] < 0.2  # a random paddle misses most balls (mean about -0.6)
+    assert min(scores[:3]) < 0.2  # a random paddle misses most balls (mean about -0.6)
     assert max(scores[-3:]) >= 0.6, scores
 
 
