@@ -43,3 +43,13 @@ def test_appo_runs_with_smoke(tmp_path, config):
         and "train.learning_rate = 6.25e-05" in config_text
     )
     assert (tmp_path / "policy" / "saved_model.pb").exists()
+
+
+def test_a_failing_learner_ends_the_run_with_its_error(tmp_path):
+    before = set(stores_left())
+    result = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
+                   "--gin_bindings=train.num_groups = 3")  # fmt: skip
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: learner ") and "num_groups must be 1 or 2, got 3" in last, last
+    assert set(stores_left()) == before

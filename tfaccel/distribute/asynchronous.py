@@ -33,6 +33,10 @@ import tensorflow as tf
 from tfaccel.distribute.param_store import SHM_DIR, ParameterStore
 
 
+class LearnerFailed(RuntimeError):
+    """A learner process of an asynchronous run ended with an error (the message says which)."""
+
+
 class StoreSync:
     """Wraps a `Learner`: pull before each round of `steps_per_push` updates, push after it.
 
@@ -140,6 +144,9 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: st
     team = AsyncTeam(*team_args)
     try:
         summary = runner.train(root_dir, team=team)
+    except Exception as error:  # the launcher names it; the traceback goes to stderr
+        results.put((team.index, {"error": str(error).strip().splitlines()[0][:300]}))
+        raise
     finally:
         team.close()
     results.put((team.index, summary))
@@ -162,7 +169,7 @@ def train_async(
         The chief learner's summary.
 
     Raises:
-        RuntimeError: a learner failed (the others are stopped and save a checkpoint first).
+        LearnerFailed: a learner failed (the others are stopped and save a checkpoint first).
     """
     if learners < 1 or steps_per_push < 1 or chunks < 1:
         raise ValueError(
@@ -205,9 +212,10 @@ def train_async(
             break
         summaries[index] = summary
     if failed:
-        raise RuntimeError(
-            f"learner {failed[0]} of the asynchronous run failed (exit code {failed[1]}); the "
-            "others saved a checkpoint and stopped: run the same command to resume"
+        cause = summaries.get(failed[0], {}).get("error", f"exit code {failed[1]}")
+        raise LearnerFailed(
+            f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "
+            "stopped (a running learner saves a checkpoint first): the same command resumes"
         )
     return summaries[0]
 
