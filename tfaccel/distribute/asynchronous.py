@@ -43,12 +43,11 @@ class StoreSync:
     Everything else (network, optimizer, generator, learning_rate) is the learner's.
     """
 
-    def __init__(self, agent, store: ParameterStore, steps_per_push: int):
-        self._agent, self._store, self._steps_per_push = agent, store, int(steps_per_push)
+    def __init__(self, agent, steps_per_push: int):
+        self._agent, self._store, self._steps_per_push = agent, None, int(steps_per_push)
         variables = agent.network.trainable_variables
-        self._shapes = [v.shape for v in variables]
-        sizes = [int(np.prod(shape)) for shape in self._shapes]
-        self.size = sum(sizes)
+        sizes = [int(np.prod(v.shape)) for v in variables]
+        self.size = sum(sizes)  # parameters in the store
 
         @tf.function
         def read():
@@ -65,6 +64,12 @@ class StoreSync:
 
     def __getattr__(self, name):
         return getattr(self._agent, name)
+
+    def connect(self, store: ParameterStore) -> None:
+        """Trains through `store` from now on; the network takes its parameters at once, so
+        acting starts from the shared parameters too."""
+        self._store, self._since_pull = store, 0
+        self.pull()
 
     def pull(self) -> None:
         self._start = self._store.pull()
@@ -105,7 +110,7 @@ class AsyncTeam:
 
     def attach(self, agent, counters):
         """Connects the learner to the store; the chief creates it from its own weights."""
-        sync = StoreSync(agent, None, self._steps_per_push)
+        sync = StoreSync(agent, self._steps_per_push)
         if self.chief:
             self.store = ParameterStore.create(sync.size, locks=self._locks, name=self._store_name)
             self.store.set(sync.read())
@@ -115,8 +120,7 @@ class AsyncTeam:
             if not self._ready.wait(timeout=600):
                 raise RuntimeError("the chief learner did not create the parameter store in 600 s")
             self.store = ParameterStore.attach((self._store_name, sync.size, self._locks))
-        sync._store = self.store
-        sync.pull()
+        sync.connect(self.store)
         return sync
 
     def agent_steps(self, base_steps: int, local_steps: int) -> int:
