@@ -23,12 +23,11 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from tfaccel import checkpoint, console, evaluate, export, learner, networks, runner
+from tfaccel import checkpoint, console, learner, networks, runner
 from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
-from tfaccel.logger import MetricsLogger
 from tfaccel.replay import Prefetcher, ReplayBatch, ReplayBuffer
 from tfaccel.sampler import ReplaySampler
 
@@ -130,13 +129,9 @@ def train_off_policy(
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
     team = strategies.SyncTeam(strategy)
-    chief, vote = team.chief, team.stop
-    run_dir, seed = team.run_dir(root_dir), team.seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    chief, vote, seed = team.chief, team.stop, team.seed(seed)
+    run_dir, log, eval_log = runner.open_run(root_dir, team)
     frame_skip = getattr(env, "frame_skip", 1)
-    quiet = None if chief else open(os.devnull, "w")  # only the chief shows progress
-    log = MetricsLogger(run_dir, stream=quiet)
-    eval_log = MetricsLogger(run_dir, "eval", stream=quiet)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
@@ -207,24 +202,15 @@ def train_off_policy(
             if checkpoint_replay:
                 _prune_replays(checkpoint_dir, state.frames)
             state.last_save = state.frames
-            if not chief:
-                return
-            path = os.path.join(root_dir, "policy")
-            extra = {"env_frames": state.frames}
-            export.export_policy(agent.network, atari, path, extra=extra, **head)
-            if eval_episodes and atari:
-                scores = evaluate.evaluate(
-                    path, eval_episodes, epsilon=algorithm.eval_epsilon, seed=seed
-                )
-                eval_log.write({
-                    "env_frames": state.frames, "agent_steps": state.frames // frame_skip,
-                    "wall_s": state.base_wall + state.elapsed(),
-                    "eval_return_mean": scores["mean"], "eval_return_std": scores["std"],
-                })  # fmt: skip
-                log.message(f"evaluation at {state.frames:,} frames: {scores['mean']:.1f}")
+            if chief:
+                runner.publish_policy(
+                    agent.network, atari, root_dir, (log, eval_log), state.frames, frame_skip,
+                    state.base_wall + state.elapsed(), eval_episodes, algorithm.eval_epsilon,
+                    seed, **head,
+                )  # fmt: skip
 
         sampler = ReplaySampler(pool, act, replays)
-        state = _LoopState(counters, frame_skip, team.size)
+        state = _LoopState(counters, frame_skip)
         state.beta = priority_beta
         warm = False  # every worker has min_replay_steps transitions (they start together)
 
@@ -239,7 +225,7 @@ def train_off_policy(
                     state.frames >= total_frames or stop.signal_name is not None or out_of_time
                 ):
                     break
-                steps = state.base_steps + sampler.agent_steps * team.size
+                steps = team.agent_steps(state.base_steps, sampler.agent_steps)
                 sampler.step(float(dqn.epsilon(algorithm, steps)))
                 stored = sum(len(r) for r in replays)
                 warm = warm or not vote(stored < min_replay_steps)
@@ -256,7 +242,7 @@ def train_off_policy(
                     state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
-                steps = state.base_steps + sampler.agent_steps * team.size
+                steps = team.agent_steps(state.base_steps, sampler.agent_steps)
                 if steps - state.synced >= algorithm.target_update_period:
                     agent.sync_target()
                     state.synced = steps
@@ -288,8 +274,8 @@ def train_off_policy(
 class _LoopState:
     """Counters of the loop that survive in the checkpoint or only in this process."""
 
-    def __init__(self, counters, frame_skip: int, workers: int = 1):
-        self.counters, self.frame_skip, self.workers = counters, frame_skip, workers
+    def __init__(self, counters, frame_skip: int):
+        self.counters, self.frame_skip = counters, frame_skip
         self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
         self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
         self.recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
@@ -299,7 +285,6 @@ class _LoopState:
         self.due = 0.0  # train steps owed to the replay ratio
         self.synced = 0  # agent steps at the last target sync
         self.metrics: dict = {}
-        self.last_steps = 0
         self.beta = 1.0
 
     def elapsed(self) -> float:
@@ -376,12 +361,7 @@ def _restore_replays(directory: str, checkpoint_path: str, replays) -> bool:
 def _log(log, state, sampler, stored: int, epsilon: float) -> None:
     now, elapsed = time.perf_counter(), state.elapsed()
     steps = state.frames // state.frame_skip
-    fps = (
-        (sampler.agent_steps - state.last_steps)
-        * state.workers
-        * state.frame_skip
-        / max(now - state.last_time, 1e-9)
-    )
+    fps = (state.frames - state.last_log) / max(now - state.last_time, 1e-9)  # every worker's
     score = float(np.mean(state.recent)) if state.recent else float("nan")
     log.write(
         {
@@ -404,4 +384,4 @@ def _log(log, state, sampler, stored: int, epsilon: float) -> None:
     log.progress(
         f"{state.frames:,} frames  {fps / state.frame_skip:,.0f} steps/s  replay {stored:,}  score {score:.1f}"
     )
-    state.last_log, state.last_steps, state.last_time = state.frames, sampler.agent_steps, now
+    state.last_log, state.last_time = state.frames, now

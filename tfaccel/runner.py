@@ -66,6 +66,38 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
+def open_run(root_dir: str, team) -> tuple[str, MetricsLogger, MetricsLogger]:
+    """This process's run directory (created) and its metrics and eval loggers; only the chief
+    of the processes training together shows progress."""
+    run_dir = team.run_dir(root_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    quiet = None if team.chief else open(os.devnull, "w")
+    return (
+        run_dir,
+        MetricsLogger(run_dir, stream=quiet),
+        MetricsLogger(run_dir, "eval", stream=quiet),
+    )
+
+
+def publish_policy(
+    network, atari, root_dir: str, logs, frames: int, frame_skip: int, wall_s: float,
+    eval_episodes: int, eval_epsilon: float, seed: int, **head,
+) -> None:  # fmt: skip
+    """Exports the policy to `root_dir/policy` and, for Atari with `eval_episodes`, plays that
+    many full games with it and writes a row of eval.csv (`head`: see `export.export_policy`)."""
+    log, eval_log = logs
+    policy_dir = os.path.join(root_dir, "policy")
+    export.export_policy(network, atari, policy_dir, extra={"env_frames": frames}, **head)
+    if not (eval_episodes and atari):
+        return
+    scores = evaluate.evaluate(policy_dir, eval_episodes, epsilon=eval_epsilon, seed=seed)
+    eval_log.write({
+        "env_frames": frames, "agent_steps": frames // frame_skip, "wall_s": wall_s,
+        "eval_return_mean": scores["mean"], "eval_return_std": scores["std"],
+    })  # fmt: skip
+    log.message(f"evaluation at {frames:,} frames: {scores['mean']:.1f}")
+
+
 @gin.configurable(denylist=["root_dir"])
 def run(root_dir: str, trainer=None) -> dict:
     """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
@@ -142,13 +174,9 @@ def train(
     # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
     # the chief owns root_dir, the others keep their state in their own directory below it.
     team = team or strategies.SyncTeam(strategy)
-    workers, chief = team.size, team.chief
-    run_dir, seed = team.run_dir(root_dir), team.seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    workers, chief, seed = team.size, team.chief, team.seed(seed)
+    run_dir, log, eval_log = open_run(root_dir, team)
     frame_skip = getattr(env, "frame_skip", 1)
-    quiet = None if chief else open(os.devnull, "w")  # only the chief shows progress
-    log = MetricsLogger(run_dir, stream=quiet)
-    eval_log = MetricsLogger(run_dir, "eval", stream=quiet)
     with EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
         worker_niceness=worker_niceness,
@@ -200,30 +228,26 @@ def train(
             )
         agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)
-        policy_dir = os.path.join(root_dir, "policy")
         atari = env if isinstance(env, AtariConfig) else None
 
-        def save(frames: int) -> dict:
+        def save(frames: int, wall_s: float) -> None:
             saver.save(frames)
-            if not chief:
-                return {}
-            export.export_policy(agent.network, atari, policy_dir, extra={"env_frames": frames})
-            if not (eval_episodes and atari):
-                return {}
-            scores = evaluate.evaluate(policy_dir, eval_episodes, epsilon=eval_epsilon, seed=seed)
-            return {"eval_return_mean": scores["mean"], "eval_return_std": scores["std"]}
+            if chief:
+                publish_policy(
+                    agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
+                    eval_episodes, eval_epsilon, seed,
+                )  # fmt: skip
 
         limits = (total_frames, max_wall_seconds, log_interval_frames, checkpoint_interval_frames)
-        return _loop(sampler, agent, counters, save, (log, eval_log), frame_skip, limits, team)
+        return _loop(sampler, agent, counters, save, log, frame_skip, limits, team)
 
 
-def _loop(sampler, agent, counters, save, logs, frame_skip, limits, team):
+def _loop(sampler, agent, counters, save, log, frame_skip, limits, team):
     """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal.
 
     `team` counts the agent steps of every process training together and makes them stop
     together (`team.stop(flag)` is True on all of them once any of them asks).
     """
-    log, eval_log = logs
     total_frames, max_wall_seconds, log_every, save_every = limits
     base_steps, base_wall = int(counters.agent_steps), float(counters.wall_seconds)
     start = time.perf_counter()
@@ -287,13 +311,7 @@ def _loop(sampler, agent, counters, save, logs, frame_skip, limits, team):
                 counters.agent_steps.assign(frames // frame_skip)
                 counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
                 counters.remember_scores(recent)
-                evaluation = save(frames)
-                if evaluation:
-                    eval_log.write({"env_frames": frames, "agent_steps": frames // frame_skip,
-                               "wall_s": base_wall + time.perf_counter() - start, **evaluation})  # fmt: skip
-                    log.message(
-                        f"evaluation at {frames:,} frames: {evaluation['eval_return_mean']:.1f}"
-                    )
+                save(frames, base_wall + time.perf_counter() - start)
                 last["save"] = frames
             if done:
                 break
