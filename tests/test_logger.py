@@ -38,3 +38,17 @@ def test_a_resumed_logger_appends_under_the_existing_header(tmp_path):
     rows = read(tmp_path / "metrics.csv")
     assert [r["loss"] for r in rows] == ["1", "2", "3"]
     assert [r["grad_norm"] for r in rows] == ["", "", "4"]
+
+
+def test_rewind_drops_the_rows_after_the_restored_checkpoint(tmp_path):
+    crashed = MetricsLogger(str(tmp_path), stream=io.StringIO())
+    for frames in (400, 800, 1200, 1600):  # the crash came after the checkpoint at 800
+        crashed.write(row(frames, loss=frames / 400))
+    resumed = MetricsLogger(str(tmp_path), stream=io.StringIO())
+    assert resumed.rewind(800) == 2
+    resumed.write(row(1200, loss=9.0))
+    rows = read(tmp_path / "metrics.csv")
+    assert [r["env_frames"] for r in rows] == ["400", "800", "1200"]
+    assert rows[-1]["loss"] == "9"
+    assert resumed.rewind(1200) == 0
+    assert MetricsLogger(str(tmp_path / "new"), stream=io.StringIO()).rewind(0) == 0

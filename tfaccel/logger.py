@@ -1,9 +1,10 @@
 """What a run reports: metrics.csv, TensorBoard scalars, and a progress line.
 
-`metrics.csv` gets one row per log interval and is appended to on resume. A row that brings new
-columns (the losses, once learning starts after a replay warm-up) rewrites the file once with the
-wider header; earlier rows leave those cells empty. On a terminal the progress line rewrites itself; elsewhere (CI, a log file) each interval is
-one plain line.
+`metrics.csv` gets one row per log interval and is appended to on resume, after `rewind` has
+dropped the rows of the work lost since the restored checkpoint (so each frame count appears once).
+A row that brings new columns (the losses, once learning starts after a replay warm-up) rewrites
+the file once with the wider header; earlier rows leave those cells empty. On a terminal the
+progress line rewrites itself; elsewhere (CI, a log file) each interval is one plain line.
 """
 
 from __future__ import annotations
@@ -59,16 +60,34 @@ class MetricsLogger:
                     tf.summary.scalar(name, value)
         self._writer.flush()
 
+    def rewind(self, env_frames: int) -> int:
+        """Drops the rows logged after `env_frames` (work a crash lost: the run resumes from a
+        checkpoint at `env_frames` and logs those frames again); returns how many it dropped.
+        TensorBoard keeps its events: it shows the redone stretch twice."""
+        if self._columns is None:
+            return 0
+        with open(self.path, newline="") as handle:
+            rows = list(csv.reader(handle))[1:]
+        frames_at = self._columns.index("env_frames")
+        kept = [row for row in rows if int(row[frames_at]) <= env_frames]
+        if len(kept) < len(rows):
+            self._rewrite(kept)
+        return len(rows) - len(kept)
+
     def _widen(self, new_columns: list[str]) -> None:
         """Rewrites the file with `new_columns` added to the header (atomically)."""
         with open(self.path, newline="") as handle:
             old_rows = list(csv.reader(handle))[1:]
         self._columns = self._columns + new_columns
+        self._rewrite([old + [""] * len(new_columns) for old in old_rows])
+
+    def _rewrite(self, rows: list[list[str]]) -> None:
+        """Replaces the file by the header and `rows` (atomically)."""
         temporary = self.path + ".partial"
         with open(temporary, "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(self._columns)
-            writer.writerows(old + [""] * len(new_columns) for old in old_rows)
+            writer.writerows(rows)
         os.replace(temporary, self.path)
 
     def progress(self, text: str, final: bool = False) -> None:

@@ -172,19 +172,11 @@ def train_off_policy(
             os.path.join(run_dir, "checkpoints"), network=agent.network, target=agent.target,
             optimizer=agent.optimizer, counters=counters, generator=generator,
         )  # fmt: skip
-        restored = saver.restore()
-        with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
-            handle.write(gin.operative_config_str())
+        restored = runner.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
         checkpoint_dir = os.path.join(run_dir, "checkpoints")
-        if restored:
-            note = ""
-            if checkpoint_replay:
-                loaded = _restore_replays(checkpoint_dir, restored, replays)
-                note = "; replay restored" if loaded else "; no replay saved with it: refilling"
-            log.message(
-                f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames"
-                + note
-            )
+        if restored and checkpoint_replay:
+            loaded = _restore_replays(checkpoint_dir, restored, replays)
+            log.message("replay restored" if loaded else "no replay saved with it: refilling")
         if atoms is None:
             head = dict(head="q_values", head_fn=lambda output: ("q_values", output))
         else:
@@ -210,7 +202,7 @@ def train_off_policy(
                 )  # fmt: skip
 
         sampler = ReplaySampler(pool, act, replays)
-        state = _LoopState(counters, frame_skip)
+        state = _LoopState(counters, frame_skip, algorithm.target_update_period)
         state.beta = priority_beta
         warm = False  # every worker has min_replay_steps transitions (they start together)
 
@@ -226,7 +218,7 @@ def train_off_policy(
                 ):
                     break
                 steps = team.agent_steps(state.base_steps, sampler.agent_steps)
-                sampler.step(float(dqn.epsilon(algorithm, steps)))
+                sampler.step(dqn.epsilon(algorithm, steps))
                 stored = sum(len(r) for r in replays)
                 warm = warm or not vote(stored < min_replay_steps)
                 if warm:
@@ -243,19 +235,19 @@ def train_off_policy(
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
                 steps = team.agent_steps(state.base_steps, sampler.agent_steps)
-                if steps - state.synced >= algorithm.target_update_period:
+                if steps // algorithm.target_update_period > state.synced:
                     agent.sync_target()
-                    state.synced = steps
+                    state.synced = steps // algorithm.target_update_period
                 games = sampler.drain_games()
                 state.recent.extend(score for score, _ in games)
                 counters.games.assign_add(len(games))
                 state.frames = steps * frame_skip
                 if state.frames - state.last_log >= log_interval_frames:
-                    _log(log, state, sampler, stored, float(dqn.epsilon(algorithm, steps)))
+                    _log(log, state, sampler, stored, dqn.epsilon(algorithm, steps))
                 if state.frames - state.last_save >= checkpoint_interval_frames:
                     save(state)
         if state.frames > state.last_log:
-            final_epsilon = float(dqn.epsilon(algorithm, state.frames // frame_skip))
+            final_epsilon = dqn.epsilon(algorithm, state.frames // frame_skip)
             _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon)
         save(state)
         if stop.signal_name:
@@ -274,7 +266,7 @@ def train_off_policy(
 class _LoopState:
     """Counters of the loop that survive in the checkpoint or only in this process."""
 
-    def __init__(self, counters, frame_skip: int):
+    def __init__(self, counters, frame_skip: int, target_update_period: int):
         self.counters, self.frame_skip = counters, frame_skip
         self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
         self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
@@ -283,7 +275,9 @@ class _LoopState:
         self.learn_seconds = 0.0  # in train steps, including the wait for their batches
         self.wait_seconds = 0.0  # waiting for batches
         self.due = 0.0  # train steps owed to the replay ratio
-        self.synced = 0  # agent steps at the last target sync
+        # Target syncs happen as the agent steps cross multiples of the period, so a resumed run
+        # keeps the target network of its checkpoint and syncs where the unbroken run would.
+        self.synced = self.base_steps // target_update_period  # periods synced so far
         self.metrics: dict = {}
         self.beta = 1.0
 

@@ -98,6 +98,25 @@ def publish_policy(
     log.message(f"evaluation at {frames:,} frames: {scores['mean']:.1f}")
 
 
+def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
+    """Restores the latest checkpoint (if any; returns its path), writes the run's
+    `operative_config.gin`, and rewinds metrics.csv and eval.csv to the restored frames, so the
+    rows of work lost since that checkpoint are logged once, by the resumed run."""
+    tick = time.perf_counter()
+    restored = saver.restore()
+    restore_seconds = time.perf_counter() - tick
+    with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
+        handle.write(gin.operative_config_str() + getattr(team, "operative_config", ""))
+    frames = int(counters.agent_steps) * frame_skip
+    for log in logs:
+        log.rewind(frames)
+    if restored:
+        logs[0].message(
+            f"resumed from {restored} at {frames:,} frames (restored in {restore_seconds:.2f} s)"
+        )
+    return restored
+
+
 @gin.configurable(denylist=["root_dir"])
 def run(root_dir: str, trainer=None) -> dict:
     """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
@@ -216,16 +235,7 @@ def train(
             network=agent.network, optimizer=agent.optimizer, counters=counters,
             generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
-        tick = time.perf_counter()
-        restored = saver.restore()
-        restore_seconds = time.perf_counter() - tick
-        with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
-            handle.write(gin.operative_config_str() + getattr(team, "operative_config", ""))
-        if restored:
-            log.message(
-                f"resumed from {restored} at {int(counters.agent_steps) * frame_skip:,} frames "
-                f"(restored in {restore_seconds:.2f} s)"
-            )
+        resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
         agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)
         atari = env if isinstance(env, AtariConfig) else None

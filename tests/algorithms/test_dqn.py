@@ -237,9 +237,9 @@ def test_act_epsilon_one_is_uniform():
 
 def test_epsilon_schedule():
     config = DQNConfig()
-    np.testing.assert_allclose(dqn.epsilon(config, 0).numpy(), 1.0)
-    np.testing.assert_allclose(dqn.epsilon(config, 125_000).numpy(), 0.505, rtol=1e-6)
-    np.testing.assert_allclose(dqn.epsilon(config, 10**7).numpy(), 0.01, rtol=1e-6)
+    np.testing.assert_allclose(dqn.epsilon(config, 0), 1.0)
+    np.testing.assert_allclose(dqn.epsilon(config, 125_000), 0.505, rtol=1e-6)
+    np.testing.assert_allclose(dqn.epsilon(config, 10**7), 0.01, rtol=1e-6)
 
 
 def test_act_and_loss_run_inside_tf_function():

@@ -95,6 +95,48 @@ def test_sigint_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert int(rows(tmp_path)[-1]["env_frames"]) >= stopped_at + 800
 
 
+def descendants(pid):
+    """Every process below `pid` (the forkserver and the env workers below it)."""
+    found, frontier = [], [str(pid)]
+    while frontier:
+        children = subprocess.run(["pgrep", "-P", frontier.pop()], capture_output=True, text=True)
+        found += children.stdout.split()
+        frontier += children.stdout.split()
+    return found
+
+
+def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_once(tmp_path):
+    shm_before = set(os.listdir("/dev/shm"))
+    process = subprocess.Popen(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
+         "--gin_bindings=train.total_frames = 10_000_000",
+         "--gin_bindings=train.checkpoint_interval_frames = 1_200"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while not (tmp_path / "metrics.csv").exists() or int(rows(tmp_path)[-1]["env_frames"]) < 2000:
+        assert time.monotonic() < deadline and process.poll() is None, process.stderr.read()
+        time.sleep(0.2)
+    workers = descendants(process.pid)
+    process.kill()  # SIGKILL: no handler runs, no checkpoint is written
+    process.communicate(timeout=30)
+    logged = int(rows(tmp_path)[-1]["env_frames"])
+    deadline = time.monotonic() + 15  # the workers exit once the trainer is gone
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+    assert set(os.listdir("/dev/shm")) <= shm_before
+
+    saved = max(int(name.split("-")[1].split(".")[0])
+                for name in os.listdir(tmp_path / "checkpoints") if name.startswith("ckpt-"))  # fmt: skip
+    assert 1200 <= saved <= logged
+    resumed = train(tmp_path, *SMOKE, f"--gin_bindings=train.total_frames = {logged + 800}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at {saved:,} frames" in resumed.stdout  # lost: only the work since the checkpoint
+    frames = [int(row["env_frames"]) for row in rows(tmp_path)]
+    assert frames == sorted(set(frames)) and frames[-1] >= logged + 800  # each frame count once
+
+
 @pytest.mark.parametrize(
     "args",
     [

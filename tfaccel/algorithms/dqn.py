@@ -81,11 +81,12 @@ def support(config: DQNConfig) -> tf.Tensor:
     return tf.linspace(config.v_min, config.v_max, config.num_atoms)
 
 
-def epsilon(config: DQNConfig, agent_step: int | tf.Tensor) -> tf.Tensor:
-    """The exploration epsilon at `agent_step` (a float32 scalar), for the runner to pass to `act`."""
-    return ops.linear_schedule(
-        agent_step, config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps
-    )
+def epsilon(config: DQNConfig, agent_step: int) -> float:
+    """The exploration epsilon at `agent_step`, for the runner to pass to `act`: the schedule of
+    `ops.linear_schedule` in plain Python, since the sampler asks for it at every step and an
+    eager TensorFlow op costs more than the arithmetic."""
+    fraction = min(max(agent_step / config.epsilon_decay_steps, 0.0), 1.0)
+    return config.epsilon_start + (config.epsilon_end - config.epsilon_start) * fraction
 
 
 def q_values(output: tf.Tensor, atoms: tf.Tensor | None = None) -> tf.Tensor:
