@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,tf_agents]'
+	$(PY) -m pip install --quiet -e '.[test,tf_agents,video]'
 	touch $(STAMP)
 
 # The default training run: Categorical DQN on Pong, 10M frames. Ctrl-C saves a checkpoint;
