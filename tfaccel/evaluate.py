@@ -1,4 +1,4 @@
-"""Evaluation of an exported policy: full games, raw scores, optionally a GIF (`bin/eval`).
+"""Evaluation of an exported policy: full games, raw scores, optionally a GIF or an MP4 (`bin/eval`).
 
 The games are played by `tfaccel.policy_client`, the client that needs no tfaccel, from the
 policy's `tfaccel_policy.json` alone: an evaluation checks the artifact a user gets, not the
@@ -28,6 +28,7 @@ def evaluate(
     seed: int = 0,
     gif: str | None = None,
     gif_every: int = 4,
+    mp4: str | None = None,
 ) -> dict:
     """Plays `episodes` full games with the policy in `policy_dir` and summarizes the scores.
 
@@ -41,20 +42,26 @@ def evaluate(
         seed: seeds the emulator, the no-ops and the epsilon draws.
         gif: where to write an animated GIF of the first game (None: no GIF).
         gif_every: the GIF shows every k-th agent step.
+        mp4: where to write an H.264 video of the first game, every agent step in real time
+            (60 / frame_skip frames per second, screens scaled ×2; needs `tfaccel[video]`).
 
     Returns:
         `episodes`, `mean`, `std`, `min`, `max` of the raw scores, `scores` and `lengths` (agent
-        steps) per game, `policy_dir`, `game`, and with a GIF `gif` (path, frames, frame_ms).
+        steps) per game, `policy_dir`, `game`, and with a GIF `gif` (path, frames, frame_ms),
+        with an MP4 `mp4` (path, frames, fps).
 
     Raises:
         ValueError: a setting is out of range, the policy directory is missing or not a tfaccel
-            Atari policy, or the GIF's directory does not exist.
+            Atari policy, a video's directory does not exist, or `mp4` without imageio-ffmpeg.
     """
     _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed)
     if gif_every < 1:
         raise ValueError(f"gif_every must be >= 1, got {gif_every}")
-    if gif is not None and not os.path.isdir(os.path.dirname(os.path.abspath(gif))):
-        raise ValueError(f"cannot write the GIF {gif}: its directory does not exist")
+    for kind, path in (("GIF", gif), ("MP4", mp4)):
+        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"cannot write the {kind} {path}: its directory does not exist")
+    if mp4 is not None:
+        _ffmpeg()  # missing: say so before playing
     metadata = policy_client.read_metadata(policy_dir)  # before TensorFlow starts, for errors
     preprocessing = metadata.get("preprocessing")
     if preprocessing is None:
@@ -63,13 +70,14 @@ def evaluate(
             "env_config), so it cannot be evaluated on Atari"
         )
     policy, _ = policy_client.load_policy(policy_dir)
+    record_every = 1 if mp4 else gif_every if gif else 0  # a GIF takes every k-th of them
     records = policy_client.play_games(
         policy,
         preprocessing,
         episodes,
         seed=seed,
         epsilon=epsilon,
-        record_every=gif_every if gif else 0,
+        record_every=record_every,
         sticky_action_prob=sticky_action_prob,
         noop_max=noop_max,
         max_agent_steps=max_agent_steps,
@@ -86,12 +94,16 @@ def evaluate(
         policy_dir=os.path.abspath(policy_dir),
         game=preprocessing["game"],
     )
+    screens = records[0].frames
     if gif:
+        frames = screens[:: gif_every // record_every]
         frame_ms = gif_frame_ms(gif_every, preprocessing["frame_skip"])
-        write_gif(records[0].frames, gif, frame_ms)
-        result["gif"] = dict(
-            path=os.path.abspath(gif), frames=len(records[0].frames), frame_ms=frame_ms
-        )
+        write_gif(frames, gif, frame_ms)
+        result["gif"] = dict(path=os.path.abspath(gif), frames=len(frames), frame_ms=frame_ms)
+    if mp4:
+        fps = 60 / preprocessing["frame_skip"]
+        write_mp4(screens, mp4, fps)
+        result["mp4"] = dict(path=os.path.abspath(mp4), frames=len(screens), fps=fps)
     return result
 
 
@@ -127,3 +139,31 @@ def write_gif(frames: Sequence[np.ndarray], path: str, frame_ms: int) -> None:
     """
     images = [Image.fromarray(np.asarray(frame, np.uint8)) for frame in frames]
     images[0].save(path, save_all=True, append_images=images[1:], duration=frame_ms, loop=0)
+
+
+def _ffmpeg():
+    """The imageio_ffmpeg module (an ffmpeg binary in a wheel), or a ValueError naming the extra."""
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        raise ValueError(
+            "writing an MP4 needs imageio-ffmpeg: pip install 'tfaccel[video]' (or use --gif)"
+        ) from None
+    return imageio_ffmpeg
+
+
+def write_mp4(frames: Sequence[np.ndarray], path: str, fps: float, scale: int = 2) -> None:
+    """Writes RGB frames [H, W, 3] uint8 as an H.264 MP4 (yuv420p, plays in browsers and
+    notebooks) at `fps`, each pixel shown as a `scale` × `scale` block."""
+    height, width = frames[0].shape[:2]
+    writer = _ffmpeg().write_frames(
+        path, (width * scale, height * scale), fps=fps, codec="libx264",
+        pix_fmt_out="yuv420p", macro_block_size=1, quality=8,
+    )  # fmt: skip
+    writer.send(None)  # starts ffmpeg
+    try:
+        for frame in frames:
+            big = np.repeat(np.repeat(np.asarray(frame, np.uint8), scale, 0), scale, 1)
+            writer.send(np.ascontiguousarray(big))
+    finally:
+        writer.close()

@@ -13,6 +13,7 @@ import pytest
 # The adapter sets TF_USE_LEGACY_KERAS, which tf_agents needs before its first import.
 from tfaccel.envs.tf_agents_adapter import (
     EnvPyEnvironment,
+    ExportedPyPolicy,
     PoolPyEnvironment,
     TFAgentsEnv,
     TFAgentsEnvConfig,
@@ -28,8 +29,10 @@ from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 from tests.envs.probes import ModuleProbeConfig
+from tfaccel import export, policy_client
 from tfaccel.envs.pool import EnvPool, PoolError, SerialPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
+from tfaccel.networks import PolicyValueNetwork, QNetwork, a3c_torso
 from tfaccel.types import ArraySpec, EnvSpec
 
 pytestmark = pytest.mark.tf_agents
@@ -275,3 +278,58 @@ def test_pool_env_keeps_tensorflow_out_of_workers_of_numpy_envs():
         env.reset()
         reward = env.step(np.zeros(2, np.int32)).reward  # 1.0 where the worker imported TF
     np.testing.assert_array_equal(reward, [0.0, 0.0])
+
+
+@pytest.fixture(scope="module")
+def catch_policy(tmp_path_factory):
+    """A Catch policy network whose greedy actions vary, exported as training exports it."""
+    network = PolicyValueNetwork(CatchConfig()(0).spec)
+    kernel = network.policy_head.kernel
+    kernel.assign(np.random.default_rng(3).normal(0, 5.0, kernel.shape).astype(np.float32))
+    path = str(tmp_path_factory.mktemp("run") / "policy")
+    export.export_policy(network, None, path)
+    return network, path
+
+
+def test_exported_policy_acts_like_the_network_and_the_client(catch_policy):
+    network, path = catch_policy
+    policy = ExportedPyPolicy(path)
+    client, _ = policy_client.load_policy(path)
+    shape = policy.time_step_spec.observation.shape
+    observation = np.random.default_rng(0).integers(0, 256, (32, *shape), dtype=np.uint8)
+    greedy = network(observation)[0].numpy().argmax(-1)
+    assert len(set(greedy.tolist())) > 1, "weak test: one action for all inputs"
+    batch = ts.restart(observation, batch_size=32)
+    np.testing.assert_array_equal(policy.action(batch).action, greedy)
+    np.testing.assert_array_equal(client(observation)["action"], greedy)
+    single = policy.action(ts.restart(observation[5]))
+    assert single.action.shape == () and single.action == greedy[5]
+    sampled = ExportedPyPolicy(path, sampled=True).action(batch).action
+    assert sampled.dtype == np.int32 and ((0 <= sampled) & (sampled < 3)).all()
+
+
+def test_tf_agents_driver_and_metrics_play_the_exported_policy_on_the_pool(catch_policy):
+    network, path = catch_policy
+    with PoolPyEnvironment(SerialPool(CatchConfig(), 4, seed=2)) as env:
+        policy = ExportedPyPolicy(path)
+        assert policy.time_step_spec.observation.shape == env.observation_spec().shape
+        average_return = py_metrics.AverageReturnMetric(batch_size=4, buffer_size=1000)
+        trajectories = []
+        driver = py_driver.PyDriver(
+            env, policy, observers=[average_return, trajectories.append], max_steps=4 * 30
+        )
+        driver.run(env.reset())
+    observations = np.stack([t.observation for t in trajectories])  # [T, B, ...]
+    actions = np.stack([t.action for t in trajectories])  # [T, B]
+    flat = observations.reshape(-1, *observations.shape[2:])
+    expected = network(flat)[0].numpy().argmax(-1).reshape(actions.shape)
+    np.testing.assert_array_equal(actions, expected)  # the driver asked the exported policy
+    episodes = np.stack([t.is_last() for t in trajectories]).sum()
+    assert episodes >= 8 and -1.0 <= average_return.result() <= 1.0
+
+
+def test_sampling_a_q_policy_is_refused_by_name(tmp_path):
+    network = QNetwork(CatchConfig()(0).spec, torso=a3c_torso)
+    export.export_policy(network, None, str(tmp_path / "policy"), head="q_values")
+    with pytest.raises(ValueError, match="sampled actions need a policy-gradient policy"):
+        ExportedPyPolicy(str(tmp_path / "policy"), sampled=True)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import imageio_ffmpeg
 import pytest
 from PIL import Image, ImageSequence
 
@@ -33,11 +34,12 @@ def pong_policy(tmp_path_factory):
     return path
 
 
-def test_eval_prints_scores_and_writes_gif(pong_policy, tmp_path):
-    gif = tmp_path / "game.gif"
+def test_eval_prints_scores_and_writes_gif_and_mp4(pong_policy, tmp_path):
+    gif, mp4 = tmp_path / "game.gif", tmp_path / "game.mp4"
     result = run(
-        f"--policy_dir={pong_policy}", "--episodes=1", "--max_agent_steps=200", f"--gif={gif}"
-    )
+        f"--policy_dir={pong_policy}", "--episodes=1", "--max_agent_steps=200", f"--gif={gif}",
+        f"--mp4={mp4}",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
     assert data["episodes"] == 1 and len(data["scores"]) == 1
@@ -51,6 +53,11 @@ def test_eval_prints_scores_and_writes_gif(pong_policy, tmp_path):
         durations = [frame.info["duration"] for frame in ImageSequence.Iterator(image)]
     # Pillow merges identical consecutive frames into one longer frame: count in time.
     assert sum(durations) == expected_frames * data["gif"]["frame_ms"]
+    assert data["mp4"] == dict(path=str(mp4), frames=1 + 200, fps=15.0)  # every step, real time
+    reader = imageio_ffmpeg.read_frames(str(mp4))
+    meta = next(reader)
+    assert meta["size"] == (320, 420) and meta["fps"] == 15.0
+    assert sum(1 for _ in reader) == 1 + 200
 
 
 @pytest.mark.parametrize(
@@ -60,6 +67,10 @@ def test_eval_prints_scores_and_writes_gif(pong_policy, tmp_path):
         (["--policy_dir=tests"], "error: tests is not a tfaccel policy: it has no tfaccel_policy"),
         (["--policy_dir=/nonexistent", "--episodes=0"], "error: episodes must be >= 1, got 0"),
         (["--policy_dir=/nonexistent", "--epsilon=2"], "error: epsilon must be in [0, 1], got 2"),
+        (
+            ["--policy_dir=/nonexistent", "--mp4=/nonexistent/a.mp4"],
+            "error: cannot write the MP4 /nonexistent/a.mp4: its directory does not exist",
+        ),
     ],
 )
 def test_user_errors_end_with_one_line(args, message):

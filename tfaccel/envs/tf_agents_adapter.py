@@ -1,6 +1,7 @@
-"""tf-agents environments in the env pool, and the env pool as a tf-agents environment.
+"""tf-agents environments in the env pool, the env pool as a tf-agents environment, and an
+exported tfaccel policy as a tf-agents policy.
 
-Two directions, both optional (the `tfaccel[tf_agents]` extra):
+All optional (the `tfaccel[tf_agents]` extra):
 
 - `TFAgentsEnvConfig(make_py_env)` turns a factory of tf-agents `PyEnvironment`s into a pool env
   factory, so `EnvPool(TFAgentsEnvConfig(make_py_env), W, M)` steps any tf-agents environment in
@@ -10,6 +11,9 @@ Two directions, both optional (the `tfaccel[tf_agents]` extra):
 - `PoolPyEnvironment(pool)` shows an `EnvPool` or `SerialPool` to tf-agents as one batched
   `PyEnvironment` (`batch_size = pool.num_envs`), so tf-agents policies, drivers and metrics run
   against the pool.
+- `ExportedPyPolicy(policy_dir)` runs a policy exported by training (`RUN_DIR/policy`) as a
+  tf-agents `PyPolicy`, so tf-agents drivers and metrics play it (on `PoolPyEnvironment` or any
+  environment with the same observations).
 
 Compared with tf-agents' own `ParallelPyEnvironment`, which gives every env a process and a pipe
 and pickles each action and time step through it, the pool steps M envs per worker and moves
@@ -35,6 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tfaccel import policy_client
 from tfaccel.types import ArraySpec, Env, EnvSpec, Game, StepResult
 
 # tf-agents 0.19 imports tensorflow-probability 0.23, which needs `tf.keras` to be Keras 2
@@ -44,7 +49,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 try:
     from tf_agents.environments import py_environment
+    from tf_agents.policies import py_policy
     from tf_agents.specs import array_spec
+    from tf_agents.trajectories import policy_step
     from tf_agents.trajectories import time_step as ts
 except ImportError as error:
     raise ImportError(
@@ -270,3 +277,44 @@ def _game_info(step) -> dict[str, np.ndarray]:
         "game_return": step.game_return.copy(),
         "game_length": step.game_length.copy(),
     }
+
+
+class ExportedPyPolicy(py_policy.PyPolicy):
+    """A policy directory written by training, as a tf-agents `PyPolicy`.
+
+    The SavedModel is loaded with `policy_client.load_policy` (TensorFlow alone); actions are its
+    `action` output (greedy: the argmax of the logits, or of the expected Q values) or, with
+    `sampled`, its `sampled_action` (drawn from the logits; policy-gradient heads only). Time steps
+    may be batched (observations [B, H, W, C], actions [B]) or single ([H, W, C], a scalar).
+
+    Args:
+        policy_dir: a directory written by `tfaccel.export.export_policy` (`RUN_DIR/policy`).
+        sampled: act by sampling the policy's distribution instead of greedily.
+
+    Raises:
+        ValueError: the directory is not a loadable tfaccel policy, or `sampled` on a Q head.
+    """
+
+    def __init__(self, policy_dir: str, sampled: bool = False):
+        self._policy, metadata = policy_client.load_policy(policy_dir)
+        if sampled and self._policy.head != "logits":
+            raise ValueError(
+                f"sampled actions need a policy-gradient policy (head 'logits'); {policy_dir} has "
+                f"the head {self._policy.head!r}: use sampled=False"
+            )
+        self._output = "sampled_action" if sampled else "action"
+        observation = array_spec.BoundedArraySpec(
+            self._policy.observation_shape, np.uint8, 0, 255, name="observation"
+        )
+        action = array_spec.BoundedArraySpec(
+            (), np.int32, 0, self._policy.num_actions - 1, name="action"
+        )
+        super().__init__(ts.time_step_spec(observation), action)
+        self.metadata = metadata
+
+    def _action(self, time_step: ts.TimeStep, policy_state=()) -> policy_step.PolicyStep:
+        observation = np.asarray(time_step.observation)
+        single = observation.ndim == len(self._policy.observation_shape)
+        batch = observation[None] if single else observation
+        action = self._policy(batch)[self._output].astype(np.int32)
+        return policy_step.PolicyStep(action[0] if single else action, policy_state, ())
