@@ -2,12 +2,18 @@
 
 Networks, optimizer slots, counters and the policy's random generator are TensorFlow objects, so
 one `tf.train.Checkpoint` holds them and nothing is pickled. `CheckpointManager` keeps the last few
-and writes each checkpoint's index last, so a checkpoint is complete or not listed.
+and lists a checkpoint only once all its files are written, so a crash while saving leaves the
+previous list intact. A listed checkpoint that cannot be read (a damaged file, a lost disk block)
+is skipped with a warning for the one before it; a save that fails (a full disk, a quota) raises a
+`ValueError` that says the previous checkpoint survives.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+import shutil
 
 import tensorflow as tf
 from absl import logging
@@ -42,28 +48,91 @@ class Counters(tf.Module):
 
 
 class Checkpointer:
-    """Saves and restores `trackables` under `directory`, keeping the last `keep`."""
+    """Saves and restores `trackables` under `directory`, keeping the last `keep`.
+
+    After `restore`, `skipped` lists (path, reason) of newer checkpoints that could not be read.
+    """
 
     def __init__(self, directory: str, keep: int = 3, **trackables):
+        self.directory = directory
         self.checkpoint = tf.train.Checkpoint(**trackables)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+        # TensorFlow ignores a damaged or missing list file (it would start afresh over the
+        # checkpoints): then the checkpoints are found by their index files.
+        self._listed = list(self.manager.checkpoints) or _found(directory)
+        self.skipped: list[tuple[str, str]] = []
 
     def restore(self) -> str | None:
-        """Restores the latest checkpoint if there is one; returns its path.
+        """Restores the newest readable checkpoint if there is one; returns its path.
 
         Objects the program gained since the checkpoint was written (a new counter, say) keep
-        their initial values, with a warning naming them; a checkpoint matching nothing raises.
+        their initial values, with a warning naming them.
+
+        Raises:
+            ValueError: there are checkpoints, but none can be read, or they belong to another
+                program (they match none of its objects).
         """
-        path = self.manager.latest_checkpoint
-        if path:
-            status = self.checkpoint.restore(path)
-            status.assert_nontrivial_match()
+        self.skipped = []
+        for path in reversed(self._listed):
+            try:
+                status = self.checkpoint.restore(path)
+                status.assert_nontrivial_match()
+            except (tf.errors.OpError, ValueError, AssertionError) as error:
+                self.skipped.append((path, _first_line(error)))
+                continue
             try:
                 status.assert_existing_objects_matched()
             except AssertionError as error:
-                logging.warning("%s: restored partially: %s", path, str(error).splitlines()[0])
-        return path
+                logging.warning("%s: restored partially: %s", path, _first_line(error))
+            return path
+        if self.skipped:
+            names = ", ".join(os.path.basename(path) for path, _ in self.skipped)
+            raise ValueError(
+                f"no checkpoint in {self.directory} can be restored ({names}; the newest: "
+                f"{self.skipped[0][1]}): move the directory away to start afresh"
+            )
+        return None
 
     def save(self, number: int) -> str:
-        path = self.manager.save(checkpoint_number=number)
+        """Writes checkpoint `number` and returns its name (`ckpt-<number>`).
+
+        Raises:
+            ValueError: it could not be written (a full disk, say); its partial files are
+                removed and the previous checkpoint is still the one a resume restores.
+        """
+        try:
+            path = self.manager.save(checkpoint_number=number)
+        except (tf.errors.OpError, OSError) as error:
+            for partial in glob.glob(os.path.join(self.directory, f"ckpt-{number}[._]*")):
+                if os.path.isdir(partial):  # TensorFlow's ckpt-<number>_temp
+                    shutil.rmtree(partial, ignore_errors=True)
+                else:
+                    os.remove(partial)
+            previous = self.manager.latest_checkpoint
+            kept = (
+                f"the previous checkpoint {os.path.basename(previous)} is intact: resume from it "
+                "with the same command once there is room"
+                if previous
+                else "there is no earlier checkpoint"
+            )
+            raise ValueError(
+                f"cannot write checkpoint ckpt-{number} in {self.directory} "
+                f"({type(error).__name__}: {_first_line(error)}); {kept}"
+            ) from error
         return os.path.basename(path)
+
+
+def _found(directory: str) -> list[str]:
+    """The checkpoints in `directory` by their index files, oldest first."""
+    numbers = []
+    for index in glob.glob(os.path.join(directory, "ckpt-*.index")):
+        match = re.fullmatch(r"ckpt-(\d+)\.index", os.path.basename(index))
+        if match:
+            numbers.append(int(match.group(1)))
+    return [os.path.join(directory, f"ckpt-{n}") for n in sorted(numbers)]
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of `error`'s message without TensorFlow's `{{function_node ...}}` tag."""
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(error)).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__

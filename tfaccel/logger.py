@@ -104,6 +104,25 @@ class MetricsLogger:
         self._stream.flush()
 
 
+def progress_line(row: dict, total_frames: int, frame_skip: int, extra: str = "") -> str:
+    """The progress display of a metrics row: frames done of the total, agent steps/s split
+    into env, inference and learning, the recent raw score and the time left.
+
+    Example: `12,000/20,000 frames  410 steps/s (env 4% infer 19% learn 76%)  score 14.2  ETA 5 min`
+    """
+    frames, fps = row["env_frames"], row["fps"]
+    score = row["episode_return_raw_mean"]
+    eta = max(total_frames - frames, 0) / max(fps, 1e-9)
+    return (
+        f"{frames:,}/{total_frames:,} frames  {fps / frame_skip:,.0f} steps/s "
+        f"(env {row['env_fraction']:.0%} infer {row['inference_fraction']:.0%} "
+        f"learn {row['learn_fraction']:.0%})  "
+        + (f"score {score:.1f}" if score == score else "score - (no game ended yet)")
+        + extra
+        + f"  ETA {eta / 60:.0f} min"
+    )
+
+
 def _format(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"

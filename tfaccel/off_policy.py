@@ -28,6 +28,7 @@ from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
+from tfaccel.logger import progress_line
 from tfaccel.replay import Prefetcher, ReplayBatch, ReplayBuffer
 from tfaccel.sampler import ReplaySampler
 
@@ -243,12 +244,12 @@ def train_off_policy(
                 counters.games.assign_add(len(games))
                 state.frames = steps * frame_skip
                 if state.frames - state.last_log >= log_interval_frames:
-                    _log(log, state, sampler, stored, dqn.epsilon(algorithm, steps))
+                    _log(log, state, sampler, stored, dqn.epsilon(algorithm, steps), total_frames)
                 if state.frames - state.last_save >= checkpoint_interval_frames:
                     save(state)
         if state.frames > state.last_log:
             final_epsilon = dqn.epsilon(algorithm, state.frames // frame_skip)
-            _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon)
+            _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon, total_frames)
         save(state)
         if stop.signal_name:
             log.message(
@@ -352,30 +353,27 @@ def _restore_replays(directory: str, checkpoint_path: str, replays) -> bool:
     return True
 
 
-def _log(log, state, sampler, stored: int, epsilon: float) -> None:
+def _log(log, state, sampler, stored: int, epsilon: float, total_frames: int) -> None:
     now, elapsed = time.perf_counter(), state.elapsed()
     steps = state.frames // state.frame_skip
     fps = (state.frames - state.last_log) / max(now - state.last_time, 1e-9)  # every worker's
     score = float(np.mean(state.recent)) if state.recent else float("nan")
-    log.write(
-        {
-            "env_frames": state.frames,
-            "agent_steps": steps,
-            "wall_s": state.base_wall + elapsed,
-            "fps": fps,
-            "episode_return_raw_mean": score,
-            "episodes": int(state.counters.games),
-            "epsilon": epsilon,
-            "replay_size": stored,
-            "env_fraction": sampler.seconds["env"] / elapsed,
-            "inference_fraction": sampler.seconds["inference"] / elapsed,
-            "learn_fraction": state.learn_seconds / elapsed,
-            "replay_wait_fraction": state.wait_seconds / max(state.learn_seconds, 1e-9),
-            "priority_beta": state.beta,
-            **state.metrics,
-        }
-    )
-    log.progress(
-        f"{state.frames:,} frames  {fps / state.frame_skip:,.0f} steps/s  replay {stored:,}  score {score:.1f}"
-    )
+    row = {
+        "env_frames": state.frames,
+        "agent_steps": steps,
+        "wall_s": state.base_wall + elapsed,
+        "fps": fps,
+        "episode_return_raw_mean": score,
+        "episodes": int(state.counters.games),
+        "epsilon": epsilon,
+        "replay_size": stored,
+        "env_fraction": sampler.seconds["env"] / elapsed,
+        "inference_fraction": sampler.seconds["inference"] / elapsed,
+        "learn_fraction": state.learn_seconds / elapsed,
+        "replay_wait_fraction": state.wait_seconds / max(state.learn_seconds, 1e-9),
+        "priority_beta": state.beta,
+        **state.metrics,
+    }
+    log.write(row)
+    log.progress(progress_line(row, total_frames, state.frame_skip, f"  replay {stored:,}"))
     state.last_log, state.last_time = state.frames, now

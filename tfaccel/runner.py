@@ -25,7 +25,7 @@ from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
-from tfaccel.logger import MetricsLogger
+from tfaccel.logger import MetricsLogger, progress_line
 from tfaccel.sampler import OnPolicySampler, compile_act
 from tfaccel.types import Rollout
 
@@ -110,6 +110,8 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
     frames = int(counters.agent_steps) * frame_skip
     for log in logs:
         log.rewind(frames)
+    for path, reason in saver.skipped:
+        logs[0].message(f"warning: skipped the unreadable checkpoint {path} ({reason})")
     if restored:
         logs[0].message(
             f"resumed from {restored} at {frames:,} frames (restored in {restore_seconds:.2f} s)"
@@ -309,13 +311,7 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team):
                     **metrics,
                 }
                 log.write(row)
-                eta = (total_frames - frames) / max(fps, 1e-9)
-                log.progress(
-                    f"{frames:,}/{total_frames:,} frames  {fps / frame_skip:,.0f} steps/s "
-                    f"(env {row['env_fraction']:.0%} infer {row['inference_fraction']:.0%} "
-                    f"learn {row['learn_fraction']:.0%})  score {row['episode_return_raw_mean']:.1f}  "
-                    f"ETA {eta / 60:.0f} min"
-                )
+                log.progress(progress_line(row, total_frames, frame_skip))
                 last.update(log=frames, time=now, steps=steps)
             if frames - last["save"] >= save_every or done:
                 counters.agent_steps.assign(frames // frame_skip)

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -135,6 +136,32 @@ def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_o
     assert f"at {saved:,} frames" in resumed.stdout  # lost: only the work since the checkpoint
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
     assert frames == sorted(set(frames)) and frames[-1] >= logged + 800  # each frame count once
+
+
+def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_resumes(tmp_path):
+    first = train(tmp_path, *SMOKE, "--gin_bindings=train.total_frames = 1000")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (saved,) = [
+        name[:-6] for name in os.listdir(tmp_path / "checkpoints") if name.endswith(".index")
+    ]
+
+    def quota():  # a 4 MB cap on any file written: the next checkpoint (~6 MB) cannot fit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))
+
+    full = subprocess.run(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=quota,
+    )  # fmt: skip
+    assert full.returncode != 0
+    last = full.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: cannot write checkpoint ckpt-"), full.stderr[-3000:]
+    assert f"the previous checkpoint {saved} is intact" in last
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == sorted(
+        ["checkpoint", f"{saved}.index", f"{saved}.data-00000-of-00001"]
+    )  # the partial files are gone
+    resumed = train(tmp_path, *SMOKE)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{saved} at {int(saved.split('-')[1]):,} frames" in resumed.stdout
 
 
 @pytest.mark.parametrize(
