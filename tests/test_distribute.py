@@ -94,6 +94,17 @@ for seed in range(3):
     assert single["grad_norm"] > config.max_grad_norm  # the clip acted
 print("a2c", mirrored.num_replicas_in_sync, worst(*agents), replicas_agree(agents[1]))
 
+# A NaN reward in the second replica's share only: every replica skips the step, and says why.
+bad = random_rollout(seed=9, envs=4)
+reward = np.array(bad.reward, np.float32)
+reward[:, 3] = np.nan
+before = [v.value.values[0].numpy().copy() for v in agents[1].network.variables]
+metrics = agents[1].train(bad._replace(reward=reward))
+unchanged = all(np.array_equal(b, v.value.values[0].numpy())
+                for b, v in zip(before, agents[1].network.variables))
+print("nan", metrics["skipped_updates"], agents[1].last_fault == "the loss", unchanged,
+      replicas_agree(agents[1]))
+
 # DQN: per-sample priorities come back in the batch's order.
 q_config = dqn.DQNConfig()
 q_agents = []
@@ -116,11 +127,12 @@ print("dqn", worst(*q_agents), replicas_agree(q_agents[1]))
 """
 
 
-def test_mirrored_update_equals_one_device_on_the_whole_batch():
+def test_mirrored_update_equals_one_device_on_the_whole_batch_and_skips_together():
     lines = dict(line.split(" ", 1) for line in run_fresh(EQUIVALENCE).splitlines() if " " in line)
     replicas, a2c_difference, a2c_agree = lines["a2c"].split()
     assert replicas == "2" and a2c_agree == "True"
     assert float(a2c_difference) <= 1e-5
+    assert lines["nan"] == "1.0 True True True"
     dqn_difference, dqn_agree = lines["dqn"].split()
     assert float(dqn_difference) <= 1e-5 and dqn_agree == "True"
 

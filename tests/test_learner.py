@@ -105,3 +105,56 @@ def test_target_network_changes_only_on_sync_and_per_sample_metrics_come_back():
     assert not all(np.array_equal(t.numpy(), o.numpy()) for t, o in pairs)
     agent.sync_target()
     assert all(np.array_equal(t.numpy(), o.numpy()) for t, o in pairs)
+
+
+def weights(agent):
+    return [v.numpy().copy() for v in agent.network.trainable_variables]
+
+
+def test_a_nonfinite_loss_or_gradient_skips_the_step_and_says_where():
+    config = a2c.A2CConfig()
+    poison = tf.Variable(0.0)  # 1: a NaN loss; 2: a NaN gradient of one variable, finite loss
+
+    def loss_fn(network, batch):
+        loss, metrics = a2c.loss(network, batch, config)
+        last = network.trainable_variables[-1]
+        bad_gradient = tf.sqrt(tf.reduce_sum(tf.square(last * 0.0)))  # 0, its gradient NaN
+        loss = loss + tf.where(poison == 2.0, bad_gradient, 0.0)
+        return tf.where(poison == 1.0, np.nan, loss), metrics
+
+    agent = make_learner(loss_fn)
+    rollout = random_rollout(seed=4)
+    assert agent.train(rollout)["skipped_updates"] == 0.0 and agent.last_fault == ""
+    before, steps = weights(agent), int(agent.optimizer.iterations)
+
+    poison.assign(1.0)
+    assert agent.train(rollout)["skipped_updates"] == 1.0
+    assert agent.last_fault == "the loss"
+    poison.assign(2.0)
+    assert agent.train(rollout)["skipped_updates"] == 1.0
+    assert agent.last_fault == f"the gradient of {agent.network.trainable_variables[-1].path}"
+    for old, new in zip(before, weights(agent), strict=True):
+        np.testing.assert_array_equal(old, new)  # neither step touched the weights
+    assert int(agent.optimizer.iterations) == steps
+    assert all(np.isfinite(v.numpy()).all() for v in agent.optimizer.variables)
+
+    poison.assign(0.0)
+    assert agent.train(rollout)["skipped_updates"] == 0.0
+    assert int(agent.optimizer.iterations) == steps + 1
+
+
+def test_ppo_counts_the_skipped_steps_of_its_minibatches():
+    config = ppo.PPOConfig(epochs=2, minibatches=2)
+
+    def nan_loss(network, batch):
+        loss, metrics = ppo.loss(network, batch, config)
+        return loss * np.nan, metrics
+
+    agent = make_learner(
+        nan_loss,
+        prepare_fn=lambda network, batch: ppo.samples(network, batch, config),
+        epochs=config.epochs,
+        minibatches=config.minibatches,
+    )
+    assert agent.train(random_rollout(seed=5, steps=4, envs=4))["skipped_updates"] == 4.0
+    assert int(agent.optimizer.iterations) == 0 and agent.last_fault == "the loss"

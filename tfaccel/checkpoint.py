@@ -54,12 +54,9 @@ class Checkpointer:
     """
 
     def __init__(self, directory: str, keep: int = 3, **trackables):
-        self.directory = directory
+        self.directory, self._trackables = directory, trackables
         self.checkpoint = tf.train.Checkpoint(**trackables)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
-        # TensorFlow ignores a damaged or missing list file (it would start afresh over the
-        # checkpoints): then the checkpoints are found by their index files.
-        self._listed = list(self.manager.checkpoints) or _found(directory)
         self.skipped: list[tuple[str, str]] = []
 
     def restore(self) -> str | None:
@@ -73,7 +70,10 @@ class Checkpointer:
                 program (they match none of its objects).
         """
         self.skipped = []
-        for path in reversed(self._listed):
+        # TensorFlow ignores a damaged or missing list file (it would start afresh over the
+        # checkpoints): then the checkpoints are found by their index files.
+        listed = list(self.manager.checkpoints) or _found(self.directory)
+        for path in reversed(listed):
             try:
                 status = self.checkpoint.restore(path)
                 status.assert_nontrivial_match()
@@ -92,6 +92,15 @@ class Checkpointer:
                 f"{self.skipped[0][1]}): move the directory away to start afresh"
             )
         return None
+
+    def restore_only(self, *names: str) -> str | None:
+        """Restores just the objects called `names` (those it has) from the latest checkpoint,
+        leaving the others (the counters, say) as they are; returns its path, or None."""
+        path = self.manager.latest_checkpoint
+        if path:
+            chosen = {name: self._trackables[name] for name in names if name in self._trackables}
+            tf.train.Checkpoint(**chosen).restore(path).expect_partial()
+        return path
 
     def save(self, number: int) -> str:
         """Writes checkpoint `number` and returns its name (`ckpt-<number>`).

@@ -24,6 +24,10 @@ from tfaccel.distribute import strategies
 
 LossFn = Callable[[keras.Model, object], tuple[tf.Tensor, dict]]
 
+# Where a non-finite value stopped a step (`nonfinite_where`): nowhere, in the loss, or else the
+# index of the first trainable variable whose gradient was not finite.
+NONFINITE_NONE, NONFINITE_LOSS = -2, -1
+
 
 def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
     """RMSProp as in PAAC (Clemente et al., 2017): decay 0.99, epsilon 0.1."""
@@ -51,6 +55,14 @@ def _skip_optimizer_all_reduce(optimizer: keras.Optimizer) -> bool:
         return False
     optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
     return True
+
+
+def _fault(gradients, bad_loss) -> tf.Tensor:
+    """Where a non-finite value stopped a step: the loss, or the first variable whose gradient
+    (before clipping, which spreads one NaN to every gradient) is not finite."""
+    finite = [tf.reduce_all(tf.math.is_finite(gradient)) for gradient in gradients]
+    first = tf.argmin(tf.cast(tf.stack(finite), tf.int32), output_type=tf.int32)
+    return tf.where(bad_loss > 0.0, NONFINITE_LOSS, first)
 
 
 class Learner:
@@ -105,6 +117,7 @@ class Learner:
         if self.target is not None:
             self.sync_target()
         self._train = tf.function(self._update)
+        self.last_fault = ""  # where the last skipped step's non-finite value appeared
 
     def sync_target(self) -> None:
         """Copies the network's weights into the target network."""
@@ -117,16 +130,47 @@ class Learner:
             loss, metrics = self._loss_fn(self.network, batch)
             scaled = loss / self._replicas if self._replicas > 1 else loss
         gradients = tape.gradient(scaled, variables)
+        bad_loss = tf.cast(tf.logical_not(tf.math.is_finite(loss)), tf.float32)
         if self._replicas > 1:  # the whole batch's gradient, on every replica
-            context = tf.distribute.get_replica_context()
-            gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+            context = tf.distribute.get_replica_context()  # (and any replica's bad loss)
+            *gradients, bad_loss = context.all_reduce(
+                tf.distribute.ReduceOp.SUM, [*gradients, bad_loss]
+            )
         norm = tf.linalg.global_norm(gradients)
+        summed = gradients  # before clipping, which spreads one NaN to every gradient
         if self._max_grad_norm:
             gradients, _ = tf.clip_by_global_norm(gradients, self._max_grad_norm, use_norm=norm)
         if self._optimizer_sums:  # the optimizer sums the replicas' gradients again
             gradients = [gradient / self._replicas for gradient in gradients]
-        self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-        return dict(metrics, grad_norm=norm)
+        finite = tf.logical_and(bad_loss == 0.0, tf.math.is_finite(norm))
+        if self._replicas > 1:  # replicas synchronize in apply: branch in cross-replica context
+            where = tf.distribute.get_replica_context().merge_call(
+                lambda strategy, *args: self._cross_replica_cond(strategy, *args),
+                args=(finite, gradients, summed, bad_loss),
+            )
+        else:
+            where = tf.cond(
+                finite, lambda: self._apply(gradients), lambda: _fault(summed, bad_loss)
+            )
+        skipped = 1.0 - tf.cast(finite, tf.float32)
+        return dict(metrics, grad_norm=norm, skipped_updates=skipped, nonfinite_where=where)
+
+    def _apply(self, gradients) -> tf.Tensor:
+        self.optimizer.apply_gradients(
+            zip(gradients, self.network.trainable_variables, strict=True)
+        )
+        return tf.constant(NONFINITE_NONE)
+
+    def _cross_replica_cond(self, strategy, finite, gradients, summed, bad_loss):
+        """`tf.cond(finite, apply, fault)` for every replica, decided once (`finite` is the same
+        on every replica); a replica context cannot branch around the synchronization inside
+        `apply`."""
+        call = strategy.extended.call_for_each_replica
+        return tf.cond(
+            strategy.experimental_local_results(finite)[0],
+            lambda: call(self._apply, args=(gradients,)),
+            lambda: call(_fault, args=(summed, bad_loss)),
+        )
 
     def _steps(self, batch) -> dict:
         """One SGD step, or epochs x minibatches of them on the prepared samples."""
@@ -144,6 +188,7 @@ class Learner:
 
         order = tf.argsort(self.generator.uniform([count]))  # a random permutation
         metrics = self._step(minibatch(0, order))
+        skipped, where = metrics["skipped_updates"], metrics["nonfinite_where"]
         # Several replicas synchronize in every step, which TensorFlow allows in a Python loop
         # (unrolled when traced) but not in a graph loop.
         indices = range if self._replicas > 1 else tf.range
@@ -151,7 +196,10 @@ class Learner:
             if index % self._minibatches == 0:
                 order = tf.argsort(self.generator.uniform([count]))
             metrics = self._step(minibatch(index, order))
-        return metrics  # of the last minibatch
+            skipped += metrics["skipped_updates"]
+            where = tf.maximum(where, metrics["nonfinite_where"])  # a fault, if any step had one
+        # The last minibatch's metrics, with the skipped steps of all of them.
+        return dict(metrics, skipped_updates=skipped, nonfinite_where=where)
 
     def _update(self, batch) -> dict:
         metrics = self.strategy.run(self._steps, args=(batch,))
@@ -165,8 +213,19 @@ class Learner:
 
     def train(self, batch) -> dict:
         """One update on `batch` (numpy arrays or tensors); returns scalar metrics as floats and
-        per-sample metrics as numpy arrays."""
+        per-sample metrics as numpy arrays.
+
+        An SGD step whose loss or gradient is not finite is not applied: `skipped_updates` counts
+        such steps of this update, and `last_fault` then says where the first one appeared.
+        """
         metrics = self._train(self._distribute(batch))
+        where = int(metrics.pop("nonfinite_where"))
+        if where != NONFINITE_NONE:
+            self.last_fault = (
+                "the loss"
+                if where == NONFINITE_LOSS
+                else f"the gradient of {self.network.trainable_variables[where].path}"
+            )
         return {
             name: float(value) if value.shape.rank == 0 else value.numpy()
             for name, value in metrics.items()

@@ -87,6 +87,7 @@ def train_off_policy(
     prefetch: bool = True,
     checkpoint_replay: bool = False,
     seed: int = 0,
+    on_nonfinite: str = "skip",
 ) -> dict:
     """Trains a DQN-family agent from replay; see the module docstring.
 
@@ -125,7 +126,10 @@ def train_off_policy(
         checkpoint_replay: save the replay memory with each checkpoint and restore it on resume
             (a resumed run then learns on at once instead of refilling); one file, the latest.
         seed: seeds the envs, replay sampling and exploration.
+        on_nonfinite: after a step with a non-finite loss or gradient (never applied; its
+            batch's priorities are kept): `skip`, `restore` or `stop` (`runner.NonFiniteGuard`).
     """
+    runner.NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
@@ -205,6 +209,7 @@ def train_off_policy(
         sampler = ReplaySampler(pool, act, replays)
         state = _LoopState(counters, frame_skip, algorithm.target_update_period)
         state.beta = priority_beta
+        guard = runner.NonFiniteGuard(on_nonfinite, agent, saver, log)
         warm = False  # every worker has min_replay_steps transitions (they start together)
 
         def draw() -> tuple[ReplayBatch, list[int]]:
@@ -233,6 +238,7 @@ def train_off_policy(
                 tick = time.perf_counter()
                 while state.due >= 1.0:
                     state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
+                    guard.check(state.metrics, state.frames)
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
                 steps = team.agent_steps(state.base_steps, sampler.agent_steps)
@@ -294,7 +300,7 @@ def _train_once(agent, replays, next_batch, prioritized: bool, state) -> dict:
     state.wait_seconds += time.perf_counter() - tick
     metrics = agent.train(batch)
     priority = metrics.pop("priority")
-    if prioritized:
+    if prioritized and not metrics["skipped_updates"]:  # a skipped step's priorities may be NaN
         cuts = np.cumsum(shares)[:-1]
         for replay, index, value in zip(
             replays, np.split(batch.index, cuts), np.split(priority, cuts), strict=True

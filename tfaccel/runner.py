@@ -119,6 +119,47 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
     return restored
 
 
+class NonFiniteGuard:
+    """What a run does after an SGD step whose loss or gradient was not finite (the learner
+    never applies one; see `Learner.train`): it says where the value appeared and, by `action`:
+
+    - `skip`: goes on with the next batch;
+    - `restore`: reloads the weights and optimizer state of the last checkpoint, then goes on;
+    - `stop`: ends the run with that message (a `ValueError`); the last checkpoint stays.
+
+    `check` replaces the update's `skipped_updates` by the count of this process so far.
+    """
+
+    ACTIONS = ("skip", "restore", "stop")
+
+    @classmethod
+    def check_action(cls, action: str) -> None:
+        if action not in cls.ACTIONS:
+            raise ValueError(f"on_nonfinite must be one of {cls.ACTIONS}, got {action!r}")
+
+    def __init__(self, action: str, agent, saver, log):
+        self.check_action(action)
+        self.action, self._agent, self._saver, self._log = action, agent, saver, log
+        self.skipped = 0
+
+    def check(self, metrics: dict, frames: int) -> None:
+        count = int(metrics.get("skipped_updates", 0))
+        self.skipped += count
+        metrics["skipped_updates"] = self.skipped
+        if not count:
+            return
+        where = getattr(self._agent, "last_fault", "") or "an update"
+        text = f"a non-finite value in {where} at {frames:,} frames: {count} SGD step(s) skipped"
+        if self.action == "stop":
+            raise ValueError(
+                f"{text}; stopping (on_nonfinite = 'stop'), the last checkpoint is intact"
+            )
+        if self.action == "restore":
+            path = self._saver.restore_only("network", "target", "optimizer")
+            text += f"; weights restored from {os.path.basename(path)}" if path else ""
+        self._log.message(f"warning: {text}")
+
+
 @gin.configurable(denylist=["root_dir"])
 def run(root_dir: str, trainer=None) -> dict:
     """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
@@ -152,6 +193,7 @@ def train(
     worker_niceness: int = 5,
     tf_threads: int = 0,
     seed: int = 0,
+    on_nonfinite: str = "skip",
     team=None,
 ) -> dict:
     """Trains an on-policy agent; see the module docstring. Returns the final summary.
@@ -186,9 +228,12 @@ def train(
         worker_niceness: nice value added to env workers so inference and learning get the cores.
         tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
         seed: seeds the envs and the policy's sampling.
+        on_nonfinite: after a step with a non-finite loss or gradient (never applied): `skip`,
+            `restore` (the last checkpoint's weights) or `stop` (see `NonFiniteGuard`).
         team: the processes training together, when not this process alone or the workers of
             the strategy (`tfaccel.distribute.asynchronous.AsyncTeam`; not a gin setting).
     """
+    NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     group_size = num_workers * envs_per_worker // max(num_groups, 1)
     strategies.check_split(strategy, group_size, "the number of envs per group")
@@ -251,10 +296,11 @@ def train(
                 )  # fmt: skip
 
         limits = (total_frames, max_wall_seconds, log_interval_frames, checkpoint_interval_frames)
-        return _loop(sampler, agent, counters, save, log, frame_skip, limits, team)
+        guard = NonFiniteGuard(on_nonfinite, agent, saver, log)
+        return _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard)
 
 
-def _loop(sampler, agent, counters, save, log, frame_skip, limits, team):
+def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
     """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal.
 
     `team` counts the agent steps of every process training together and makes them stop
@@ -290,6 +336,7 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team):
             counters.games.assign_add(len(games))
             counters.updates.assign_add(1)
             steps = team.agent_steps(base_steps, sampler.agent_steps)  # every process's
+            guard.check(metrics, steps * frame_skip)
             frames = steps * frame_skip
             out_of_time = max_wall_seconds and time.perf_counter() - start >= max_wall_seconds
             done = team.stop(frames >= total_frames or stop.signal_name is not None or out_of_time)

@@ -164,6 +164,35 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_resume
     assert f"{saved} at {int(saved.split('-')[1]):,} frames" in resumed.stdout
 
 
+@pytest.mark.parametrize("action", ["skip", "restore", "stop"])
+def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path, action):
+    # 4 envs in two alternating groups of 2: at their 300th step (~1,200 frames, after the
+    # checkpoint at 1,000) every env returns a NaN reward: one rollout of each group has a NaN loss.
+    result = train(
+        tmp_path, *SMOKE, "--gin_bindings=train.env = @ScriptedConfig()",
+        "--gin_bindings=ScriptedConfig.height = 44", "--gin_bindings=ScriptedConfig.width = 20",
+        "--gin_bindings=ScriptedConfig.nan_reward_at_step = 300",
+        f"--gin_bindings=train.on_nonfinite = '{action}'",
+    )  # fmt: skip
+    warning = "a non-finite value in the loss at "
+    if action == "stop":
+        assert result.returncode != 0
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {warning}") and "stopping" in last, result.stderr[-3000:]
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if warning in line]
+    assert len(lines) == 2, result.stdout
+    for line in lines:
+        assert line.startswith("warning: ") and "1 SGD step(s) skipped" in line
+        assert ("weights restored from ckpt-1000" in line) == (action == "restore")
+    table = rows(tmp_path)
+    assert int(table[-1]["skipped_updates"]) == 2 and int(table[0]["skipped_updates"]) == 0
+    assert all(row["loss"] not in ("nan", "inf") for row in table[-2:])
+    metadata = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
+    assert metadata["extra"]["env_frames"] >= 2000  # the final policy was exported: its weights are finite
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -40,6 +40,7 @@ class ScriptedConfig:
         raise_at_step: raise RuntimeError on this (global, 1-based) step of the env (0: never).
         crash_at_step: the process kills itself with SIGKILL on this step (0: never).
         hang_at_step: the step sleeps for an hour (0: never).
+        nan_reward_at_step: this step's reward is NaN (0: never), as a broken env's would be.
         faulty_seeds: the faults above hit only envs with these seeds (empty: all envs).
     """
 
@@ -53,6 +54,7 @@ class ScriptedConfig:
     raise_at_step: int = 0
     crash_at_step: int = 0
     hang_at_step: int = 0
+    nan_reward_at_step: int = 0
     faulty_seeds: tuple[int, ...] = ()
 
     def __call__(self, seed: int) -> ScriptedEnv:
@@ -94,6 +96,8 @@ class ScriptedEnv:
         self._steps += 1
         self._inject_faults()
         reward = float((self._t + action) % 3 - 1)
+        if self._faulty and self._steps == self.config.nan_reward_at_step:
+            reward = float("nan")
         self._t += 1
         self.game.record(reward)
         terminated = self._t >= self.config.life_length + self.seed % 3
