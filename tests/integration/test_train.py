@@ -341,6 +341,14 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             ["--gin_bindings=make_strategy.kind = 'ps'"],
             "valid kinds: default, mirrored, multi_worker",
         ),
+        (
+            ["--gin_bindings=import no_such_module_here"],
+            "No module named 'no_such_module_here': put its directory on PYTHONPATH",
+        ),
+        (
+            ["--gin_bindings=train.on_nonfinite = 'ignore'"],
+            "on_nonfinite must be one of ('skip', 'restore', 'stop'), got 'ignore'",
+        ),
     ],
 )
 def test_user_errors_end_with_one_line(tmp_path, args, message):
