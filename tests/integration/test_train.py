@@ -190,7 +190,9 @@ def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path,
     assert int(table[-1]["skipped_updates"]) == 2 and int(table[0]["skipped_updates"]) == 0
     assert all(row["loss"] not in ("nan", "inf") for row in table[-2:])
     metadata = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
-    assert metadata["extra"]["env_frames"] >= 2000  # the final policy was exported: its weights are finite
+    assert (
+        metadata["extra"]["env_frames"] >= 2000
+    )  # the final policy was exported: its weights are finite
 
 
 @pytest.mark.parametrize(
