@@ -114,8 +114,7 @@ class OnPolicySampler:
         for b in np.flatnonzero(step.truncated):  # rare: the time limit of a game
             final = step.final_observation[b : b + 1]
             buffer.truncation_value[t, b] = self._value(final).numpy()[0]
-        for b in np.flatnonzero(step.game_over):
-            self.games.append((float(step.game_return[b]), int(step.game_length[b])))
+        self.games += finished_games(step)
         self.agent_steps += len(step.reward)
         buffer.t = t + 1
         if buffer.t < self.horizon:
@@ -145,6 +144,13 @@ class OnPolicySampler:
     def drain_games(self) -> list[tuple[float, int]]:
         games, self.games = self.games, []
         return games
+
+
+def finished_games(step) -> list[tuple[float, int]]:
+    """(raw score, agent steps) of the games that ended in `step`; a game whose score is not
+    finite (a broken env's NaN reward) is left out of the statistics."""
+    ended = np.flatnonzero(step.game_over & np.isfinite(step.game_return))
+    return [(float(step.game_return[b]), int(step.game_length[b])) for b in ended]
 
 
 class ReplaySampler:
@@ -199,8 +205,7 @@ class ReplaySampler:
                 self._acted[group], self._actions[group], step.reward, step.terminated,
                 step.truncated, step.final_observation,
             )  # fmt: skip
-            for b in np.flatnonzero(step.game_over):
-                self.games.append((float(step.game_return[b]), int(step.game_length[b])))
+            self.games += finished_games(step)
             self.agent_steps += len(step.reward)
             self._act_and_send(group, step.observation, epsilon)
 

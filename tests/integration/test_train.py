@@ -189,6 +189,7 @@ def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path,
     table = rows(tmp_path)
     assert int(table[-1]["skipped_updates"]) == 2 and int(table[0]["skipped_updates"]) == 0
     assert all(row["loss"] not in ("nan", "inf") for row in table[-2:])
+    assert all(row["episode_return_raw_mean"] != "nan" for row in table)  # NaN games left out
     metadata = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
     assert (
         metadata["extra"]["env_frames"] >= 2000
