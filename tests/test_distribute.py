@@ -93,6 +93,7 @@ for seed in range(3):
     assert abs(single["grad_norm"] - split["grad_norm"]) <= 1e-5 * single["grad_norm"]
     assert single["grad_norm"] > config.max_grad_norm  # the clip acted
 print("a2c", mirrored.num_replicas_in_sync, worst(*agents), replicas_agree(agents[1]))
+print("rate", agents[1].learning_rate)  # a constant rate: a mirrored variable
 
 # A NaN reward in the second replica's share only: every replica skips the step, and says why.
 bad = random_rollout(seed=9, envs=4)
@@ -133,6 +134,7 @@ def test_mirrored_update_equals_one_device_on_the_whole_batch_and_skips_together
     assert replicas == "2" and a2c_agree == "True"
     assert float(a2c_difference) <= 1e-5
     assert lines["nan"] == "1.0 True True True"
+    assert float(lines["rate"]) == pytest.approx(1e-2)
     dqn_difference, dqn_agree = lines["dqn"].split()
     assert float(dqn_difference) <= 1e-5 and dqn_agree == "True"
 

@@ -248,4 +248,6 @@ class Learner:
 
     @property
     def learning_rate(self) -> float:
-        return float(self.optimizer.learning_rate)
+        """The optimizer's current learning rate (a constant one is a mirrored variable under
+        several replicas, which `float` cannot take)."""
+        return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
