@@ -27,7 +27,7 @@ from tfaccel import checkpoint, console, learner, networks, runner
 from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
-from tfaccel.envs.pool import EnvPool
+from tfaccel.envs.pool import PoolError
 from tfaccel.logger import progress_line
 from tfaccel.replay import Prefetcher, ReplayBatch, ReplayBuffer
 from tfaccel.sampler import ReplaySampler
@@ -138,10 +138,9 @@ def train_off_policy(
     run_dir, log, eval_log = runner.open_run(root_dir, team)
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
-    with EnvPool(
-        env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
-        worker_niceness=worker_niceness,
-    ) as pool:  # fmt: skip
+    with runner.make_pool(
+        env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
+    ) as pool:
         height, width, stack = pool.spec.observation.shape
         replays = [
             ReplayBuffer(
@@ -216,7 +215,8 @@ def train_off_policy(
             return _sample(replays, batch_size, state.beta)
 
         prefetcher = None
-        with runner.StopRequest() as stop, contextlib.ExitStack() as cleanup:
+        keep_progress = runner.saved_on(PoolError, lambda: save(state))
+        with runner.StopRequest() as stop, contextlib.ExitStack() as cleanup, keep_progress:
             while True:
                 out_of_time = max_wall_seconds and state.elapsed() >= max_wall_seconds
                 if vote(
@@ -245,6 +245,7 @@ def train_off_policy(
                 if steps // algorithm.target_update_period > state.synced:
                     agent.sync_target()
                     state.synced = steps // algorithm.target_update_period
+                runner.report_faults(pool, log)
                 games = sampler.drain_games()
                 state.recent.extend(score for score, _ in games)
                 counters.games.assign_add(len(games))
@@ -376,6 +377,7 @@ def _log(log, state, sampler, stored: int, epsilon: float, total_frames: int) ->
         "env_fraction": sampler.seconds["env"] / elapsed,
         "inference_fraction": sampler.seconds["inference"] / elapsed,
         "learn_fraction": state.learn_seconds / elapsed,
+        "worker_restarts": sampler.pool.restarts,
         "replay_wait_fraction": state.wait_seconds / max(state.learn_seconds, 1e-9),
         "priority_beta": state.beta,
         **state.metrics,

@@ -12,6 +12,7 @@ when at least its interval of frames has passed since it last fired.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import time
@@ -23,7 +24,7 @@ from tfaccel import checkpoint, console, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
-from tfaccel.envs.pool import EnvPool
+from tfaccel.envs.pool import EnvPool, PoolError
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
 from tfaccel.logger import MetricsLogger, progress_line
 from tfaccel.sampler import OnPolicySampler, compile_act
@@ -96,6 +97,38 @@ def publish_policy(
         "eval_return_mean": scores["mean"], "eval_return_std": scores["std"],
     })  # fmt: skip
     log.message(f"evaluation at {frames:,} frames: {scores['mean']:.1f}")
+
+
+@gin.configurable(allowlist=["max_restarts", "restart_window", "timeout"])
+def make_pool(
+    env, num_workers: int, envs_per_worker: int, num_groups: int, seed: int, niceness: int,
+    max_restarts: int = 3, restart_window: float = 600.0, timeout: float = 120.0,
+) -> EnvPool:  # fmt: skip
+    """The env pool of a training run. A worker that dies, hangs (no answer in `timeout` s) or
+    whose env raises is replaced, up to `max_restarts` times in `restart_window` s; one more
+    fault ends the run with its error (and the last checkpoint). See `EnvPool`."""
+    return EnvPool(
+        env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
+        worker_niceness=niceness, max_restarts=max_restarts, restart_window=restart_window,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def saved_on(error_type, save):
+    """Calls `save` when the block raises `error_type` (the pool gave up on a worker: the
+    learner's state is sound, so the run keeps its progress), then lets the error go on."""
+    try:
+        yield
+    except error_type:
+        save()
+        raise
+
+
+def report_faults(pool, log) -> None:
+    """Says what went wrong with env workers since the last call (the pool replaced them)."""
+    for fault in pool.drain_faults():
+        log.message(f"warning: {fault}")
 
 
 def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
@@ -243,10 +276,7 @@ def train(
     workers, chief, seed = team.size, team.chief, team.seed(seed)
     run_dir, log, eval_log = open_run(root_dir, team)
     frame_skip = getattr(env, "frame_skip", 1)
-    with EnvPool(
-        env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
-        worker_niceness=worker_niceness,
-    ) as pool:  # fmt: skip
+    with make_pool(env, num_workers, envs_per_worker, num_groups, seed, worker_niceness) as pool:
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
         rollouts_total = total_frames // (frame_skip * horizon * pool.group_size * workers)
         steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
@@ -326,11 +356,20 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
             "wall_s": base_wall,
             "stopped_by": None,
         }
-    with StopRequest() as stop:
+
+    def save_now() -> None:
+        counters.agent_steps.assign(frames // frame_skip)
+        counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
+        counters.remember_scores(recent)
+        save(frames, base_wall + time.perf_counter() - start)
+        last["save"] = frames
+
+    with StopRequest() as stop, saved_on(PoolError, lambda: frames > last["save"] and save_now()):
         for _, rollout in sampler.rollouts():
             tick = time.perf_counter()
             metrics = agent.train(rollout)
             learn_seconds += time.perf_counter() - tick
+            report_faults(sampler.pool, log)
             games = sampler.drain_games()
             recent.extend(score for score, _ in games)
             counters.games.assign_add(len(games))
@@ -355,17 +394,14 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
                     "env_fraction": sampler.seconds["env"] / elapsed,
                     "inference_fraction": sampler.seconds["inference"] / elapsed,
                     "learn_fraction": learn_seconds / elapsed,
+                    "worker_restarts": sampler.pool.restarts,
                     **metrics,
                 }
                 log.write(row)
                 log.progress(progress_line(row, total_frames, frame_skip))
                 last.update(log=frames, time=now, steps=steps)
             if frames - last["save"] >= save_every or done:
-                counters.agent_steps.assign(frames // frame_skip)
-                counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
-                counters.remember_scores(recent)
-                save(frames, base_wall + time.perf_counter() - start)
-                last["save"] = frames
+                save_now()
             if done:
                 break
     if stop.signal_name:

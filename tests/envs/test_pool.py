@@ -206,6 +206,81 @@ def test_hung_worker_times_out():
     assert not worker_children()
 
 
+def step_twice_per_group(pool, rounds):
+    """Alternates the two groups for `rounds` rounds; returns every group step's results."""
+    results = []
+    for _ in range(rounds):
+        for group in (0, 1):
+            step = pool.recv(group)
+            results.append(
+                (group, step.truncated.copy(), step.reward.copy(), step.game_over.copy())
+            )
+            pool.send(np.zeros(pool.group_size, np.int32), group)
+    return results
+
+
+def test_a_killed_worker_is_replaced_and_its_cut_episodes_are_marked():
+    before = shm_segments()
+    with EnvPool(ScriptedConfig(), 2, 2, num_groups=2, max_restarts=2) as pool:
+        pool.reset()
+        for group in (0, 1):
+            pool.send(np.zeros(2, np.int32), group)
+        killed = pool.pids[0]
+        os.kill(killed, signal.SIGKILL)
+        results = step_twice_per_group(pool, 20)
+        (fault,) = pool.drain_faults()
+        assert fault.startswith("worker 0 (pid") and "killed by SIGKILL" in fault
+        assert "replaced by pid" in fault and pool.restarts == 1 and killed not in pool.pids
+        # Worker 0 holds env 0 (group 0) and env 2 (group 1): the first step of each group
+        # reports them cut (truncated, no reward, no game); worker 1's envs step normally.
+        for group, truncated, reward, game_over in results[:2]:
+            assert truncated.tolist() == [True, False], group
+            assert reward[0] == 0.0 and not game_over[0]
+        later = np.stack([truncated for _, truncated, _, _ in results[2:]])
+        assert not later[:, 0].all()  # the replacement then plays on
+        assert sorted(pool.pids) == sorted(worker_children())
+        for group in (0, 1):
+            pool.recv(group)
+    assert not shm_segments() - before and not worker_children()
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [("raise_at_step", "raised RuntimeError: scripted fault"), ("hang_at_step", "hung?")],
+)
+def test_a_raising_or_hung_env_is_replaced_by_fresh_envs(fault, message):
+    seeds = env_seeds(0, 4)
+    config = ScriptedConfig(**{fault: 3}, faulty_seeds=(seeds[3],))
+    with EnvPool(config, 2, 2, seed=0, max_restarts=1, timeout=2.0) as pool:
+        pool.reset()
+        for _ in range(10):
+            step = pool.step(np.zeros(4, np.int32))
+        (reported,) = pool.drain_faults()
+        assert reported.startswith("worker 1 (pid") and message in reported
+        assert pool.seeds[:2] == seeds[:2] and pool.seeds[2:] != seeds[2:]  # fresh seeds
+        assert step.reward.shape == (4,)
+
+
+def test_a_worker_failing_again_and_again_ends_with_a_clear_error():
+    before = shm_segments()
+    with pytest.raises(PoolError, match=r"died while stepping .*; 2 replaced within 600 s"):
+        with EnvPool(ScriptedConfig(crash_at_step=2), 1, 2, max_restarts=2) as pool:
+            pool.reset()
+            for _ in range(10):
+                pool.step(np.zeros(2, np.int32))
+    assert not shm_segments() - before and not worker_children()
+
+
+def test_a_hundred_start_and_stop_cycles_leak_nothing():
+    before_shm, before_fds = shm_segments(), len(os.listdir("/proc/self/fd"))
+    for _ in range(100):
+        with EnvPool(ScriptedConfig(), 1, 2, num_groups=2) as pool:
+            pool.reset()
+            pool.step(np.zeros(2, np.int32))
+    assert not shm_segments() - before_shm and not worker_children()
+    assert len(os.listdir("/proc/self/fd")) <= before_fds + 2  # the forkserver's, at most
+
+
 def test_factory_failure_at_start_is_reported():
     with pytest.raises(PoolError, match="could not start"):
         EnvPool(BrokenFactory(), 1, 1)

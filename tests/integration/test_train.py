@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tfaccel.envs.pool import env_seeds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMOKE = ["--gin_file=a2c.gin", "--gin_file=smoke.gin"]
 
@@ -162,6 +164,41 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_resume
     resumed = train(tmp_path, *SMOKE)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{saved} at {int(saved.split('-')[1]):,} frames" in resumed.stdout
+
+
+SCRIPTED = [
+    "--gin_bindings=train.env = @ScriptedConfig()",
+    "--gin_bindings=ScriptedConfig.height = 44",
+    "--gin_bindings=ScriptedConfig.width = 20",
+]
+
+
+def test_a_failing_env_worker_is_replaced_and_the_run_goes_on(tmp_path):
+    faulty = env_seeds(0, 4)[0]  # env 0's seed: its worker raises at its 200th step, once
+    result = train(
+        tmp_path, *SMOKE, *SCRIPTED, "--gin_bindings=ScriptedConfig.raise_at_step = 200",
+        f"--gin_bindings=ScriptedConfig.faulty_seeds = ({faulty},)",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if "replaced by pid" in line]
+    assert line.startswith("warning: worker 0 (pid") and "scripted fault at step 200" in line
+    table = rows(tmp_path)
+    assert int(table[0]["worker_restarts"]) == 0 and int(table[-1]["worker_restarts"]) == 1
+    assert int(table[-1]["env_frames"]) >= 2000
+
+
+def test_a_worker_that_keeps_failing_ends_the_run_with_one_line_and_a_checkpoint(tmp_path):
+    result = train(
+        tmp_path, *SMOKE, *SCRIPTED, "--gin_bindings=ScriptedConfig.crash_at_step = 350",
+        "--gin_bindings=train.total_frames = 100_000", "--gin_bindings=make_pool.max_restarts = 1",
+    )  # fmt: skip
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: worker ") and "killed by SIGKILL" in last, result.stderr[-3000:]
+    assert "1 replaced within 600 s already; checkpoint saved" in last
+    saved = [name for name in os.listdir(tmp_path / "checkpoints") if name.endswith(".index")]
+    # Crashes at ~1,400 frames (replaced) and ~2,800 (the end): saved there, not only at 1,000.
+    assert max(int(name[5:-6]) for name in saved) > 2000
 
 
 @pytest.mark.parametrize("action", ["skip", "restore", "stop"])

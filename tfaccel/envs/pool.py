@@ -26,7 +26,11 @@ of -1 holds an env: it is not stepped and its observation stays (used by the tf-
 
 Faults: an exception in an env, a worker that dies, or a worker that does not answer within
 `timeout` seconds raise `PoolError` naming the worker, the env and the cause; the pool is closed
-first, so nothing hangs and nothing leaks. Workers ignore SIGINT (the caller handles Ctrl-C and
+first, so nothing hangs and nothing leaks. With `max_restarts` > 0 the pool instead replaces the
+worker (fresh envs with new seeds, reset) up to that many times within `restart_window` seconds:
+the replaced envs' next step of each group reports reward 0, `truncated` (their episodes are cut,
+bootstrapped from the new observation) and no finished game, so the lost games are left out of the
+statistics; `drain_faults()` says what happened. One fault more within the window raises. Workers ignore SIGINT (the caller handles Ctrl-C and
 closes the pool) and exit when the caller's end of their pipe closes, even if it was SIGKILLed.
 
 The worker side (the stepping routine, the buffers, the protocol) is in `tfaccel.envs.worker`.
@@ -271,6 +275,9 @@ class EnvPool:
         worker_niceness: added to the workers' nice value, so the caller's inference and learning
             (the serial path every env waits on) win the cores when they need them.
         timeout: seconds a worker may take for one command before it is declared hung.
+        max_restarts: worker replacements allowed within `restart_window` seconds (0: a fault
+            raises at once).
+        restart_window: seconds over which replacements are counted.
     """
 
     def __init__(
@@ -286,12 +293,19 @@ class EnvPool:
         split_groups_by_worker: bool = False,
         worker_niceness: int = 0,
         timeout: float = 120.0,
+        max_restarts: int = 0,
+        restart_window: float = 600.0,
     ):
         if num_workers <= 0 or envs_per_worker <= 0:
             raise ValueError(
                 f"num_workers and envs_per_worker must be positive, got {num_workers}, {envs_per_worker}"
             )
         _check_sizes(num_workers * envs_per_worker, num_groups)
+        if max_restarts < 0 or restart_window <= 0:
+            raise ValueError(
+                f"max_restarts must be >= 0 and restart_window > 0, got {max_restarts}, "
+                f"{restart_window}"
+            )
         if split_groups_by_worker and num_workers % num_groups:
             raise ValueError(
                 f"num_workers ({num_workers}) must split evenly into {num_groups} groups"
@@ -318,11 +332,21 @@ class EnvPool:
         self._processes: list[mp.Process] = []
         self._commands: list = []
         self._replies: list = []
+        self._seed, self._factory, self._affinity = seed, env_factory, cpu_affinity
+        self._context = mp.get_context(start_method)
+        self.max_restarts, self.restart_window = max_restarts, restart_window
+        self.restarts = 0  # workers replaced so far
+        self._restart_times: list[float] = []
+        self._faults: list[str] = []
+        self._replaced: list[set[int]] = [set() for _ in range(num_groups)]  # rows to mark
 
         nbytes = Buffers.plan(self.spec, self.num_envs)[1]
         self._shm_path = os.path.join(_SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
         self._shm = map_shared(self._shm_path, nbytes, create=True)
         self.buffers = Buffers(self.spec, self.num_envs, self._shm)
+        # An open descriptor keeps the segment reachable for replacement workers (through
+        # /proc/<pid>/fd) after its name is gone.
+        self._shm_fd = os.open(self._shm_path, os.O_RDWR)
         self._finalizer = weakref.finalize(
             self,
             _shutdown,
@@ -331,9 +355,14 @@ class EnvPool:
             self._replies,
             self._shm,
             self._shm_path,
+            self._shm_fd,
         )
         try:
-            self._start(env_factory, start_method, cpu_affinity)
+            if start_method == "forkserver":
+                self._context.set_forkserver_preload(["tfaccel.envs.pool"])
+            for w in range(self.num_workers):
+                self._spawn(w, self._shm_path)
+            self._wait(range(self.num_workers), "starting")
         except BaseException:
             self.close()
             raise
@@ -341,41 +370,80 @@ class EnvPool:
         # process leaves nothing in /dev/shm (the memory goes with the last mapping).
         _unlink(self._shm_path)
 
-    def _start(self, env_factory, start_method, cpu_affinity) -> None:
-        context = mp.get_context(start_method)
-        if start_method == "forkserver":
-            context.set_forkserver_preload(["tfaccel.envs.pool"])
+    def _spawn(self, w: int, shm_path: str) -> None:
+        """Starts worker `w` on the segment at `shm_path` (its answer is awaited by the caller)."""
+        command_read, command_write = self._context.Pipe(duplex=False)
+        reply_read, reply_write = self._context.Pipe(duplex=False)
+        affinity = self._affinity
+        core = None if not affinity else affinity[w % len(affinity)]
+        seeds = [[self.seeds[i] for i in group] for group in self._indices[w]]
+        args = (w, self._factory, seeds, self._indices[w], self.spec, self.num_envs, shm_path)
         with _main_script_hidden():
-            for w in range(self.num_workers):
-                command_read, command_write = context.Pipe(duplex=False)
-                reply_read, reply_write = context.Pipe(duplex=False)
-                core = None if not cpu_affinity else cpu_affinity[w % len(cpu_affinity)]
-                seeds = [[self.seeds[i] for i in group] for group in self._indices[w]]
-                process = context.Process(
-                    target=worker_main,
-                    name=f"tfaccel-env-worker-{w}",
-                    args=(
-                        w,
-                        env_factory,
-                        seeds,
-                        self._indices[w],
-                        self.spec,
-                        self.num_envs,
-                        self._shm_path,
-                        command_read,
-                        reply_write,
-                        core,
-                        self._niceness,
-                    ),
-                    daemon=True,
-                )
-                process.start()
-                command_read.close()
-                reply_write.close()
-                self._processes.append(process)
-                self._commands.append(command_write)
-                self._replies.append(reply_read)
-        self._wait(range(self.num_workers), "starting")
+            process = self._context.Process(
+                target=worker_main,
+                name=f"tfaccel-env-worker-{w}",
+                args=(*args, command_read, reply_write, core, self._niceness),
+                daemon=True,
+            )
+            process.start()
+        command_read.close()
+        reply_write.close()
+        if w < len(self._processes):
+            self._processes[w], self._commands[w], self._replies[w] = (
+                process, command_write, reply_read
+            )  # fmt: skip
+        else:
+            self._processes.append(process)
+            self._commands.append(command_write)
+            self._replies.append(reply_read)
+
+    def _replace(self, w: int, fault: str, answered_group: int | None) -> None:
+        """Replaces worker `w` after `fault` (or raises `PoolError` when that is one fault too
+        many): new process, fresh envs with new seeds, reset; the group commands it still owed
+        are sent again, except `answered_group`'s, whose wait it ends."""
+        now = time.monotonic()
+        self._restart_times = [t for t in self._restart_times if now - t < self.restart_window]
+        if len(self._restart_times) >= self.max_restarts:
+            limit = (
+                f"; {len(self._restart_times)} replaced within {self.restart_window:g} s already"
+            )
+            first, *detail = fault.splitlines()
+            self._fail("\n".join([first + (limit if self.max_restarts else ""), *detail]))
+        self._restart_times.append(now)
+        self.restarts += 1
+        old = self._processes[w]
+        if old.is_alive():
+            old.kill()
+        old.join(2.0)
+        self._commands[w].close()
+        self._replies[w].close()
+        envs = sorted(i for group in self._indices[w] for i in group)
+        fresh = env_seeds(hash((self._seed, self.restarts)) & 0x7FFFFFFF, len(envs))
+        for i, seed in zip(envs, fresh, strict=True):
+            self.seeds[i] = seed
+        self._spawn(w, f"/proc/{os.getpid()}/fd/{self._shm_fd}")
+        self._wait_strict([w], "starting a replacement")
+        os.write(self._commands[w].fileno(), bytes((RESET,)))
+        self._wait_strict([w], "resetting a replacement")
+        for g in range(self.num_groups):
+            self._replaced[g].update(self._indices[w][g])
+        for g in self._queue.pending:
+            if g != answered_group and self._indices[w][g]:
+                os.write(self._commands[w].fileno(), bytes((g,)))
+        self._faults.append(
+            f"{fault.splitlines()[0]}; replaced by pid {self._processes[w].pid} with fresh envs "
+            f"({len(self._restart_times)} of {self.max_restarts} allowed in "
+            f"{self.restart_window:g} s)"
+        )
+
+    def drain_faults(self) -> list[str]:
+        """What went wrong with workers, and what the pool did, since the last call."""
+        faults, self._faults = self._faults, []
+        return faults
+
+    def _wait_strict(self, workers, what: str) -> None:
+        """`_wait` that raises on any fault (no replacement: for starting replacements)."""
+        self._wait(workers, what, replaceable=False)
 
     def _describe(self, w: int) -> str:
         envs = sorted(i for group in self._indices[w] for i in group)
@@ -385,8 +453,13 @@ class EnvPool:
         self.close()
         raise PoolError(message)
 
-    def _wait(self, workers, what: str) -> None:
-        """Reads one reply from each of `workers`; raises PoolError on an error, a death or a hang."""
+    def _wait(
+        self, workers, what: str, group: int | None = None, replaceable: bool | None = None
+    ) -> None:
+        """Reads one reply from each of `workers` (stepping `group`, if any); an error, a death
+        or a hang raises PoolError, or replaces the worker where `max_restarts` allows (in a
+        step or a reset, not at the start)."""
+        replaceable = bool(self.max_restarts) and (group is not None or bool(replaceable))
         waiting = {self._replies[w].fileno(): w for w in workers}
         deadline = time.monotonic() + self.timeout
         while waiting:
@@ -397,8 +470,10 @@ class EnvPool:
                 else []
             )
             if not ready:
-                late = ", ".join(self._describe(w) for w in waiting.values())
-                self._fail(f"{late} did not answer within {self.timeout:g} s while {what}: hung?")
+                for w in list(waiting.values()):
+                    fault = f"{self._describe(w)} did not answer within {self.timeout:g} s"
+                    self._handle(w, f"{fault} while {what}: hung?", group, replaceable)
+                return
             for fd in ready:
                 w = waiting.pop(fd)
                 byte = os.read(fd, 1)
@@ -406,11 +481,19 @@ class EnvPool:
                     continue
                 if byte == ERROR:
                     message = read_error_message(fd)
-                    self._fail(f"{self._describe(w)} failed while {what}: {message}")
+                    fault = f"{self._describe(w)} failed while {what}: {message}"
+                    self._handle(w, fault, group, replaceable)
+                    continue
                 self._processes[w].join(1.0)
-                self._fail(
-                    f"{self._describe(w)} died while {what} ({_exit_reason(self._processes[w].exitcode)})"
-                )
+                reason = _exit_reason(self._processes[w].exitcode)
+                fault = f"{self._describe(w)} died while {what} ({reason})"
+                self._handle(w, fault, group, replaceable)
+
+    def _handle(self, w: int, fault: str, group: int | None, replaceable: bool) -> None:
+        """A fault of worker `w` while it owed `group`'s step (None: a reset or a start)."""
+        if not replaceable:
+            self._fail(fault)
+        self._replace(w, fault, group)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -424,16 +507,20 @@ class EnvPool:
                 os.write(self._commands[w].fileno(), message)
             except (BrokenPipeError, OSError):
                 self._processes[w].join(1.0)
-                self._fail(
-                    f"{self._describe(w)} is gone ({_exit_reason(self._processes[w].exitcode)})"
-                )
+                reason = _exit_reason(self._processes[w].exitcode)
+                if not self.max_restarts or byte == RESET:
+                    self._fail(f"{self._describe(w)} is gone ({reason})")
+                self._replace(w, f"{self._describe(w)} is gone ({reason})", None)
+                os.write(self._commands[w].fileno(), message)
 
     def reset(self) -> PoolStep:
         """Resets every env and returns all first observations (`view(g)` gives a group's)."""
         if self._queue.pending:
             raise RuntimeError(f"reset with groups still pending: {self._queue.pending}")
         self._command(RESET, range(self.num_workers))
-        self._wait(range(self.num_workers), "resetting")
+        self._wait(range(self.num_workers), "resetting", replaceable=True)
+        for replaced in self._replaced:  # a reset starts every episode afresh anyway
+            replaced.clear()
         return self.view()
 
     def view(self, group: int | None = None) -> PoolStep:
@@ -454,8 +541,20 @@ class EnvPool:
         """Waits until `group`'s envs have stepped; returns views of the group's results."""
         self._check_open()
         self._queue.pop(group)
-        self._wait(self._group_workers[group], f"stepping group {group}")
+        self._wait(self._group_workers[group], f"stepping group {group}", group)
+        if self._replaced[group]:
+            self._mark_replaced(group)
         return self.buffers.view(self._queue.rows(group))
+
+    def _mark_replaced(self, group: int) -> None:
+        """The first step of a replacement's envs in `group`: their episodes were cut by the
+        fault, so no reward and no finished game; truncated, bootstrapped from where they are."""
+        rows = sorted(self._replaced[group])
+        self._replaced[group].clear()
+        b = self.buffers
+        b.reward[rows], b.terminated[rows], b.truncated[rows] = 0.0, False, True
+        b.game_over[rows] = False
+        b.final_observation[rows] = b.observation[rows]
 
     def step(self, actions) -> PoolStep:
         """Steps all envs (both groups) and waits; `actions` is [num_envs]."""
@@ -484,7 +583,7 @@ def _unlink(path: str) -> None:
         os.unlink(path)
 
 
-def _shutdown(processes, commands, replies, shm, shm_path) -> None:
+def _shutdown(processes, commands, replies, shm, shm_path, shm_fd) -> None:
     for connection in commands:
         with contextlib.suppress(OSError):
             os.write(connection.fileno(), bytes((CLOSE,)))
@@ -498,6 +597,8 @@ def _shutdown(processes, commands, replies, shm, shm_path) -> None:
     for connection in replies:
         connection.close()
     _unlink(shm_path)
+    with contextlib.suppress(OSError):
+        os.close(shm_fd)
     unmap_shared(shm)
 
 
