@@ -80,3 +80,18 @@ def test_a_failed_save_names_the_surviving_checkpoint(tmp_path, monkeypatch):
     assert not [name for name in os.listdir(tmp_path) if name.startswith("ckpt-400")]
     restored, variable = saver_at(tmp_path, -1)
     assert restored.restore().endswith("ckpt-300") and variable.numpy() == 300.0
+
+
+def test_files_of_a_save_killed_midway_are_ignored_and_then_replaced(tmp_path):
+    save_three(tmp_path)
+    # A SIGKILL while TensorFlow wrote ckpt-400: its temp directory and data, no index, unlisted.
+    (tmp_path / "ckpt-400_temp").mkdir()
+    (tmp_path / "ckpt-400_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+    (tmp_path / "ckpt-400.data-00000-of-00001").write_bytes(b"half")
+    saver, variable = saver_at(tmp_path, -1)
+    assert saver.restore().endswith("ckpt-300") and variable.numpy() == 300.0
+    assert saver.skipped == []
+    variable.assign(400.0)
+    saver.save(400)  # the resumed run writes that checkpoint again, whole
+    again, restored = saver_at(tmp_path, -1)
+    assert again.restore().endswith("ckpt-400") and restored.numpy() == 400.0

@@ -346,7 +346,7 @@ def _restore_replays(directory: str, checkpoint_path: str, replays) -> bool:
     if not path or not os.path.exists(path):
         return False
     try:
-        with np.load(path) as archive:
+        with np.load(path, allow_pickle=False) as archive:  # never unpickle a file
             for g, replay in enumerate(replays):
                 prefix = f"group{g}/"
                 replay.load_state_dict(
