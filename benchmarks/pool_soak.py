@@ -18,22 +18,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from tfaccel.bench.memory import rss_mib, shm_used_mib  # noqa: E402
 from tfaccel.bench.results import git_revision  # noqa: E402
 from tfaccel.envs.atari import AtariConfig  # noqa: E402
 from tfaccel.envs.pool import EnvPool  # noqa: E402
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def shm_used_mib():
-    stats = os.statvfs("/dev/shm")
-    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize / 2**20
 
 
 def main():
