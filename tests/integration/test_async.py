@@ -2,9 +2,13 @@
 
 import glob
 import os
+import re
+import subprocess
+import time
 
 import pytest
 
+from tests.integration.cluster import start_cluster
 from tests.integration.test_train import rows, train
 from tfaccel.distribute.param_store import SHM_DIR
 
@@ -53,3 +57,50 @@ def test_a_failing_learner_ends_the_run_with_its_error(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: learner ") and "num_groups must be 1 or 2, got 3" in last, last
     assert set(stores_left()) == before
+
+
+def start_machines(root_dir, *bindings):
+    """Two asynchronous 'machines' (launcher + 1 learner each) on 127.0.0.1, synchronized."""
+    files = ["catch_a3c.gin", "distribute/async_machines.gin"]
+    return start_cluster(root_dir, files, ["train_async.learners = 1", *bindings])
+
+
+def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
+    before = set(stores_left())
+    machines = start_machines(tmp_path, "train.total_frames = 8_000")
+    outputs = [machine.communicate(timeout=300) for machine in machines]
+    for machine, (_, err) in zip(machines, outputs, strict=True):
+        assert machine.returncode == 0, err[-3000:]
+    lines = [re.search(r"machine sync: (\d+) rounds among 2 machines; parameters (\w+)", out)
+             for out, _ in outputs]  # fmt: skip
+    assert all(lines), outputs[0][0][-2000:]
+    assert lines[0].group(2) == lines[1].group(2)  # the same parameters on both machines
+    assert int(lines[0].group(1)) >= 2
+    for run_dir in (tmp_path, tmp_path / "machine-1"):
+        table = rows(run_dir)
+        # Frames count both machines: each machine's own envs did part of the 8,000.
+        assert int(table[-1]["env_frames"]) >= 8000
+        assert float(table[-1]["wall_s"]) > 0
+    assert set(stores_left()) == before
+
+
+def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_path):
+    machines = start_machines(
+        tmp_path, "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
+    )
+    deadline = time.time() + 240
+    while not (tmp_path / "machine-1" / "metrics.csv").exists():
+        assert time.time() < deadline and machines[0].poll() is None, machines[0].stderr.read()
+        time.sleep(0.5)
+    learners = subprocess.run(["pgrep", "-P", str(machines[1].pid)], capture_output=True, text=True)
+    machines[1].kill()  # SIGKILL: its learner is orphaned and must stop by itself
+    machines[1].wait()
+    _, err = machines[0].communicate(timeout=180)
+    assert machines[0].returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: a worker of the multi-worker run stopped answering"), last
+    deadline = time.time() + 60
+    orphans = learners.stdout.split()
+    while any(os.path.exists(f"/proc/{pid}") for pid in orphans) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not [pid for pid in orphans if os.path.exists(f"/proc/{pid}")], "learners left"

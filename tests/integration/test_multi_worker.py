@@ -1,49 +1,20 @@
 """Two bin/train processes on 127.0.0.1 as one MultiWorkerMirroredStrategy run (issue 5)."""
 
-import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.integration.cluster import start_cluster
 
 
 def start_workers(root_dir, config, *bindings):
     """Starts two workers of `config` + smoke.gin + distribute/multi_worker.gin on 127.0.0.1."""
-    sockets = [socket.socket() for _ in range(2)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    cluster = {"worker": [f"127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]}
-    for sock in sockets:
-        sock.close()
-    workers = []
-    for index in range(2):
-        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        files = [config, "smoke.gin", "distribute/multi_worker.gin"]
-        workers.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "bin/train",
-                    *[f"--gin_file={name}" for name in files],
-                    f"--root_dir={root_dir}",
-                    *[f"--gin_bindings={b}" for b in bindings],
-                ],
-                cwd=ROOT,
-                env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )  # fmt: skip
-        )
-    return workers
+    return start_cluster(root_dir, [config, "smoke.gin", "distribute/multi_worker.gin"], bindings)
 
 
 def trained_values(checkpoint_dir):

@@ -13,6 +13,10 @@ processes, each running the on-policy `runner.train` with an `AsyncTeam`. Learne
 creates the store from its (restored or fresh) network and writes the run directory; learner i
 keeps its own checkpoints and log in `<root_dir>/learner-<i>`. Frames count every learner's envs
 (a shared counter in the store); any learner's stop (frame budget, signal, wall time) stops all.
+
+Several machines (`train_async.sync_machines = True`, `gin_configs/distribute/async_machines.gin`):
+each machine runs this with its own store, and the launchers average the stores in rounds
+(`tfaccel.distribute.machines`); machine m > 0 writes to `<root_dir>/machine-<m>`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import queue
 import secrets
 import signal
+import threading
 import time
 from multiprocessing import connection
 
@@ -30,6 +35,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.param_store import SHM_DIR, ParameterStore
 
 
@@ -95,9 +101,9 @@ class AsyncTeam:
 
     def __init__(
         self, index: int, size: int, steps_per_push: int, store_name: str, locks, ready,
-        operative_config: str = "",
+        operative_config: str = "", machine: int = 0,
     ):  # fmt: skip
-        self.index, self.size, self.chief = index, size, index == 0
+        self.index, self.size, self.chief, self.machine = index, size, index == 0, machine
         self.operative_config = operative_config  # the launcher's settings, for the run dir
         self._steps_per_push, self._store_name, self._locks = steps_per_push, store_name, locks
         self._ready, self.store, self._reported = ready, None, 0
@@ -106,7 +112,7 @@ class AsyncTeam:
         return root_dir if self.chief else os.path.join(root_dir, f"learner-{self.index}")
 
     def seed(self, seed: int) -> int:
-        return seed + 100_003 * self.index
+        return seed + 100_003 * (self.index + self.size * self.machine)
 
     def attach(self, agent, counters):
         """Connects the learner to the store; the chief creates it from its own weights."""
@@ -127,7 +133,7 @@ class AsyncTeam:
         """All learners' agent steps (this learner adds the steps it took since it last asked)."""
         del base_steps  # the store's counter started from the chief's restored count
         added, self._reported = local_steps - self._reported, local_steps
-        return self.store.add_steps(added)
+        return self.store.add_steps(added) + self.store.remote_steps
 
     def stop(self, flag: bool) -> bool:
         if flag:
@@ -139,7 +145,20 @@ class AsyncTeam:
             self.store.close(unlink=False)
 
 
+def _stop_when_orphaned(parent: int) -> None:
+    """SIGTERM to this learner once its launcher is gone (killed): it saves a checkpoint and
+    exits instead of training on alone."""
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="tfaccel-orphan-watch", daemon=True).start()
+
+
 def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: str | None):
+    _stop_when_orphaned(os.getppid())
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     from tfaccel import off_policy, runner  # noqa: F401  (registers every configurable)
@@ -158,8 +177,9 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: st
 
 @gin.configurable(denylist=["root_dir"], module="tfaccel")
 def train_async(
-    root_dir: str, learners: int = 2, steps_per_push: int = 1, chunks: int = 16
-) -> dict:
+    root_dir: str, learners: int = 2, steps_per_push: int = 1, chunks: int = 16,
+    sync_machines: bool = False, sync_period_seconds: float = 2.0,
+) -> dict:  # fmt: skip
     """Runs `learners` asynchronous sampler-learners of the on-policy config; see the module doc.
 
     Args:
@@ -168,9 +188,12 @@ def train_async(
             modulo the GPUs, or the CPU).
         steps_per_push: n, local updates between a learner's pull and its push.
         chunks: locks of the parameter store (pushes to different chunks do not wait).
+        sync_machines: this machine is one of several (the cluster of `make_strategy`:
+            `TF_CONFIG` or Slurm) whose stores are averaged every `sync_period_seconds`.
+        sync_period_seconds: seconds between the machines' rounds.
 
     Returns:
-        The chief learner's summary.
+        The chief learner's summary (with `sync_rounds` and `parameters_digest` across machines).
 
     Raises:
         LearnerFailed: a learner failed (the others are stopped and save a checkpoint first).
@@ -180,6 +203,13 @@ def train_async(
             f"train_async needs learners, steps_per_push and chunks >= 1, got {learners}, "
             f"{steps_per_push}, {chunks}"
         )
+    if sync_period_seconds <= 0:
+        raise ValueError(f"sync_period_seconds must be > 0, got {sync_period_seconds}")
+    strategy = machines.collective_strategy() if sync_machines else None  # before TF's devices
+    machine = 0
+    if strategy is not None:
+        machine = strategies.worker_index(strategy)
+        root_dir = root_dir if machine == 0 else os.path.join(root_dir, f"machine-{machine}")
     context = multiprocessing.get_context("spawn")
     locks = [context.Lock() for _ in range(chunks)]
     ready, results = context.Event(), context.Queue()
@@ -192,7 +222,7 @@ def train_async(
             args=(
                 config,
                 root_dir,
-                (index, learners, steps_per_push, name, locks, ready, operative),
+                (index, learners, steps_per_push, name, locks, ready, operative, machine),
                 results,
                 gpus[index % len(gpus)] if gpus else None,
             ),
@@ -203,8 +233,20 @@ def train_async(
     for process in processes:
         process.start()
     previous = signal.signal(signal.SIGINT, lambda *_: _terminate(processes))
+    sync = None
     try:
-        failed = _wait(processes)
+        if strategy is None:
+            failed = _wait(processes)
+        else:
+            store = _attach_when_ready(name, locks, ready, processes)
+            sync = machines.MachineSync(strategy, store)
+            try:
+                failed = _wait_in_rounds(processes, sync, store, sync_period_seconds)
+            except BaseException:  # a machine died (a collective failed): stop ours, then say so
+                _stop_all(processes)
+                raise
+            finally:
+                store.close(unlink=False)
     finally:
         signal.signal(signal.SIGINT, previous)
         _unlink(name)
@@ -221,7 +263,51 @@ def train_async(
             f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "
             "stopped (a running learner saves a checkpoint first): the same command resumes"
         )
+    if sync is not None:
+        digest = sync.digest()
+        print(
+            f"machine sync: {sync.rounds} rounds among {sync.machines} machines; parameters {digest}"
+        )
+        summaries[0] = dict(summaries[0], sync_rounds=sync.rounds, parameters_digest=digest)
     return summaries[0]
+
+
+def _attach_when_ready(name: str, locks, ready, processes) -> ParameterStore:
+    """This machine's store, once the chief learner has created it."""
+    while not ready.wait(timeout=1.0):
+        if not processes[0].is_alive():
+            raise LearnerFailed(
+                f"learner 0 ended (exit code {processes[0].exitcode}) before it created the "
+                "parameter store"
+            )
+    return ParameterStore.attach((name, None, locks))
+
+
+def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | None:
+    """`_wait` for a machine of several: a round with the other machines every `period` s until
+    one of them stops (the total reached, a signal, a failed learner); then this machine's
+    learners finish and a last round takes in their final progress."""
+    failed, alive = None, dict(enumerate(processes))
+    next_round = time.monotonic()
+    while True:
+        timeout = max(next_round - time.monotonic(), 0.0)
+        ready = connection.wait([p.sentinel for p in alive.values()], timeout) if alive else []
+        if not alive:
+            time.sleep(timeout)
+        failed = failed or _reap(alive, ready)
+        if time.monotonic() >= next_round:
+            next_round += period
+            stopping = failed is not None or store.stop_requested or not alive
+            if sync.round(stopping):
+                break
+    if failed is not None:
+        _stop_all(alive.values())
+    for process in alive.values():  # they stop on the store's flag and save a checkpoint
+        process.join()
+        if process.exitcode != 0 and failed is None:
+            failed = (processes.index(process), process.exitcode)
+    sync.round(True)  # every machine's last progress
+    return failed
 
 
 def _wait(processes) -> tuple[int, int] | None:
@@ -230,13 +316,22 @@ def _wait(processes) -> tuple[int, int] | None:
     failed, alive = None, dict(enumerate(processes))
     while alive:
         ready = connection.wait([p.sentinel for p in alive.values()], timeout=1.0)
-        for index, process in list(alive.items()):
-            if process.sentinel in ready:
-                process.join()
-                del alive[index]
-                if process.exitcode != 0 and failed is None:
-                    failed = (index, process.exitcode)
-                    _stop_all(alive.values())
+        if (failure := _reap(alive, ready)) and failed is None:
+            failed = failure
+            _stop_all(alive.values())
+    return failed
+
+
+def _reap(alive: dict, ready) -> tuple[int, int] | None:
+    """Joins the learners of `alive` (index -> process) whose sentinel is in `ready` and drops
+    them; returns the first that failed as (index, exit code), or None."""
+    failed = None
+    for index, process in list(alive.items()):
+        if process.sentinel in ready:
+            process.join()
+            del alive[index]
+            if process.exitcode != 0 and failed is None:
+                failed = (index, process.exitcode)
     return failed
 
 

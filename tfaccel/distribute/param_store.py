@@ -35,15 +35,16 @@ class ParameterStore:
     child processes (spawn or forkserver), which `ParameterStore.attach(handle)`. The creator
     `close(unlink=True)`s it at the end.
 
-    Beside the parameters the segment holds three shared counters, read and written under the
-    first chunk's lock: pushes applied, agent steps taken by all learners, and a stop request.
+    Beside the parameters the segment holds four shared counters, read and written under the
+    first chunk's lock: pushes applied, agent steps taken by all learners, a stop request, and
+    the agent steps of other machines (an asynchronous run over several machines).
 
     Attributes:
         size: number of parameters.
         bounds: [(start, stop)] of each chunk.
     """
 
-    _PUSHES, _STEPS, _STOP = range(3)
+    _PUSHES, _STEPS, _STOP, _REMOTE_STEPS = range(4)
 
     def __init__(self, path: str, block, size: int, locks, owner: bool):
         self.size, self.path, self._block, self._locks, self._owner = (
@@ -85,8 +86,11 @@ class ParameterStore:
 
     @classmethod
     def attach(cls, handle: tuple) -> ParameterStore:
+        """Maps the store of `handle` = (name, size, locks); size None: as large as it is."""
         name, size, locks = handle
         path = os.path.join(SHM_DIR, name)
+        if size is None:
+            size = (os.path.getsize(path) - 32) // 4
         if os.path.getsize(path) < 32 + 4 * size:
             raise ValueError(f"store {path} holds fewer than {size} parameters")
         return cls(path, map_shared(path, 32 + 4 * size, create=False), size, locks, owner=False)
@@ -103,6 +107,20 @@ class ParameterStore:
     def add_steps(self, steps: int) -> int:
         """Adds agent steps taken by a learner; returns the total of all learners."""
         return self._counter(self._STEPS, int(steps))
+
+    @property
+    def steps(self) -> int:
+        """Agent steps of this store's learners (without other machines')."""
+        return self._counter(self._STEPS)
+
+    @property
+    def remote_steps(self) -> int:
+        """Agent steps of the other machines' learners, as the last machine sync reported."""
+        return self._counter(self._REMOTE_STEPS)
+
+    def set_remote_steps(self, steps: int) -> None:
+        with self._locks[0]:
+            self._header[self._REMOTE_STEPS] = int(steps)
 
     def set_steps(self, steps: int) -> None:
         with self._locks[0]:

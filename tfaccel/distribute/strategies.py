@@ -171,6 +171,31 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return worker_index(strategy) == 0
 
 
+class WorkerSum:
+    """Sums arrays across the workers of a multi-worker strategy with one replica each (CPU, or
+    one device per worker): `__call__(*arrays)` returns the sums as numpy arrays, the same on
+    every worker. Every worker must call it the same number of times (a collective)."""
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        device = strategy.extended.worker_devices[0]
+
+        def total(values):
+            def replica(local):
+                context = tf.distribute.get_replica_context()
+                with tf.device(device):  # placed tensors: collectives need them
+                    placed = [tf.identity(value) for value in local]
+                # One collective per array: a batched one concatenates, so dtypes must agree.
+                return [context.all_reduce(tf.distribute.ReduceOp.SUM, v) for v in placed]
+
+            sums = strategy.run(replica, args=(values,))
+            return [strategy.experimental_local_results(value)[0] for value in sums]
+
+        self._sum = tf.function(total)
+
+    def __call__(self, *arrays) -> list[np.ndarray]:
+        return [value.numpy() for value in self._sum([tf.constant(a) for a in arrays])]
+
+
 class AnyVote:
     """Workers take a decision at the same step (to stop, to start learning), or the others
     would wait for them in an all-reduce.
@@ -180,27 +205,13 @@ class AnyVote:
     """
 
     def __init__(self, strategy: tf.distribute.Strategy):
-        self._strategy = strategy
         self.workers = num_workers(strategy)
-
-        device = strategy.extended.worker_devices[0] if self.workers > 1 else None
-
-        def any_vote(vote):
-            def replica(local_vote):
-                context = tf.distribute.get_replica_context()
-                with tf.device(device):  # a placed tensor: collectives need one
-                    placed = tf.identity(local_vote)
-                return context.all_reduce(tf.distribute.ReduceOp.SUM, placed)
-
-            votes = strategy.run(replica, args=(vote,))
-            return strategy.experimental_local_results(votes)[0]
-
-        self._vote = tf.function(any_vote)
+        self._sum = WorkerSum(strategy) if self.workers > 1 else None
 
     def __call__(self, stop: bool) -> bool:
-        if self.workers == 1:
+        if self._sum is None:
             return bool(stop)
-        return bool(self._vote(tf.constant(float(bool(stop)))) > 0.0)
+        return bool(self._sum(np.float32(bool(stop)))[0] > 0.0)
 
 
 def shard(batch, index: int, count: int, axes):
