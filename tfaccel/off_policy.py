@@ -29,7 +29,13 @@ from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import PoolError
 from tfaccel.logger import progress_line
-from tfaccel.replay import Prefetcher, ReplayBatch, ReplayBuffer
+from tfaccel.replay import (
+    Prefetcher,
+    ReplayBatch,
+    ReplayBuffer,
+    available_memory,
+    memory_needed,
+)
 from tfaccel.sampler import ReplaySampler
 
 
@@ -142,6 +148,16 @@ def train_off_policy(
         env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
     ) as pool:
         height, width, stack = pool.spec.observation.shape
+        needed = num_groups * memory_needed(
+            pool.group_size, replay_capacity // num_groups, (height, width)
+        )
+        available = available_memory()
+        if available is not None and needed > available:
+            raise ValueError(
+                f"a replay of {replay_capacity:,} transitions of {height}x{width} frames needs "
+                f"{needed / 2**30:.1f} GiB, and this machine has {available / 2**30:.1f} GiB "
+                "available: lower train_off_policy.replay_capacity"
+            )
         replays = [
             ReplayBuffer(
                 pool.group_size,

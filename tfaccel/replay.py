@@ -121,6 +121,34 @@ class ReplayBatch(NamedTuple):
     index: np.ndarray  # [N] int64, for `update_priorities`
 
 
+def final_capacity(num_envs: int, capacity: int, truncation_capacity: int | None = None) -> int:
+    """Entries of the side ring of final frames (see `ReplayBuffer`'s `truncation_capacity`)."""
+    return int(truncation_capacity or 4 * num_envs + capacity // 256)
+
+
+def memory_needed(num_envs: int, capacity: int, frame_shape, truncation_capacity=None) -> int:
+    """Bytes a `ReplayBuffer` of these sizes holds once full: one frame per transition plus its
+    action, reward and flags (27 bytes), the side ring of final frames, and the sum tree."""
+    time_steps = int(capacity) // int(num_envs)
+    pixels = int(np.prod(frame_shape))
+    transitions = time_steps * int(num_envs)
+    tree = 16 * (1 << max(0, (transitions - 1).bit_length()))
+    finals = final_capacity(num_envs, capacity, truncation_capacity) * (pixels + 8)
+    return transitions * (pixels + 27) + finals + tree
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the kernel can give without swapping (MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class ReplayBuffer:
     """Per-env ring buffers of single frames, with n-step targets and optional priorities."""
 
@@ -161,7 +189,7 @@ class ReplayBuffer:
             raise ValueError(f"capacity {capacity} is too small: need > (n_step + stack) * B")
         self.discount, self.prioritized = float(discount), bool(prioritized)
         self.alpha, self.epsilon = float(alpha), float(epsilon)
-        self.final_capacity = int(truncation_capacity or 4 * num_envs + capacity // 256)  # F
+        self.final_capacity = final_capacity(num_envs, capacity, truncation_capacity)  # F
         T, B, F = self.time, self.num_envs, self.final_capacity
         self._rng = np.random.default_rng(seed)
         self._frames = np.zeros((T, B, *self.frame_shape), np.uint8)  # newest frame of o_u

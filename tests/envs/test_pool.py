@@ -438,3 +438,17 @@ def test_factory_from_main_script_is_refused_with_a_reason():
     assert out.stdout.count("is defined in __main__, which pool workers do not import") == 2, (
         out.stderr
     )
+
+
+def test_more_envs_than_shared_memory_holds_is_named_and_leaves_nothing():
+    from tfaccel.envs.worker import Buffers
+
+    config = ScriptedConfig(height=1000, width=1000)
+    per_env = Buffers.plan(config(0).spec, 1)[1]
+    stats = os.statvfs("/dev/shm")
+    # More than the whole of /dev/shm: refused at once, without filling it on the way.
+    too_many = stats.f_blocks * stats.f_frsize // per_env + 8
+    before = shm_segments()
+    with pytest.raises(ValueError, match=rf"{too_many} envs need .* MiB of shared memory and "):
+        EnvPool(config, 1, too_many)
+    assert not shm_segments() - before and not worker_children()

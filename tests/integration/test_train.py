@@ -386,6 +386,17 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "No module named 'no_such_module_here': put its directory on PYTHONPATH",
         ),
         (
+            [
+                "--gin_file=catch_dqn.gin",
+                "--gin_bindings=train_off_policy.replay_capacity = 1_000_000_000_000",
+            ],
+            "available: lower train_off_policy.replay_capacity",
+        ),
+        (
+            ["--gin_bindings=train.envs_per_worker = 0"],
+            "num_workers and envs_per_worker must be positive, got 1, 0",
+        ),
+        (
             ["--gin_bindings=train.on_nonfinite = 'ignore'"],
             "on_nonfinite must be one of ('skip', 'restore', 'stop'), got 'ignore'",
         ),

@@ -342,7 +342,16 @@ class EnvPool:
 
         nbytes = Buffers.plan(self.spec, self.num_envs)[1]
         self._shm_path = os.path.join(_SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
-        self._shm = map_shared(self._shm_path, nbytes, create=True)
+        try:
+            self._shm = map_shared(self._shm_path, nbytes, create=True)
+        except OSError as error:
+            stats = os.statvfs(_SHM_DIR)
+            raise ValueError(
+                f"{self.num_envs} envs need {nbytes / 2**20:,.0f} MiB of shared memory and "
+                f"{_SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.0f} MiB free "
+                f"({error.strerror}): use fewer envs, or give {_SHM_DIR} more room (in Docker: "
+                "--shm-size)"
+            ) from None
         self.buffers = Buffers(self.spec, self.num_envs, self._shm)
         # An open descriptor keeps the segment reachable for replacement workers (through
         # /proc/<pid>/fd) after its name is gone.

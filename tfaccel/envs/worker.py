@@ -115,12 +115,22 @@ def step_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> 
 
 
 def map_shared(path: str, size: int, create: bool) -> mmap.mmap:
-    """Maps the shared file `path` (created with `size` bytes when `create`)."""
+    """Maps the shared file `path` (created with `size` bytes when `create`).
+
+    A created file gets its space at once (`posix_fallocate`), so a full /dev/shm is an
+    `OSError` (ENOSPC) here rather than a SIGBUS at some later write; the file is then removed.
+    """
     flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
     fd = os.open(path, flags, 0o600)
     try:
         if create:
-            os.ftruncate(fd, size)
+            try:
+                os.ftruncate(fd, size)
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, size)
+            except OSError:
+                os.unlink(path)
+                raise
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
