@@ -7,6 +7,7 @@ need is defined at module level.
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -283,6 +284,7 @@ def test_pool_env_keeps_tensorflow_out_of_workers_of_numpy_envs():
 @pytest.fixture(scope="module")
 def catch_policy(tmp_path_factory):
     """A Catch policy network whose greedy actions vary, exported as training exports it."""
+    keras.utils.set_random_seed(3)  # the torso too: greedy actions must vary
     network = PolicyValueNetwork(CatchConfig()(0).spec)
     kernel = network.policy_head.kernel
     kernel.assign(np.random.default_rng(3).normal(0, 5.0, kernel.shape).astype(np.float32))

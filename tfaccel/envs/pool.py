@@ -601,8 +601,8 @@ def _shutdown(processes, commands, replies, shm, shm_path, shm_fd) -> None:
     for process in processes:
         process.join(max(deadline - time.monotonic(), 0.05))
         if process.is_alive():
-            process.kill()
-            process.join(2.0)
+            process.kill()  # cannot be ignored; the wait is for the reaping, slow under load
+            process.join(30.0)
     for connection in replies:
         connection.close()
     _unlink(shm_path)
