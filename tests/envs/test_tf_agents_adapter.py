@@ -283,22 +283,27 @@ def test_pool_env_keeps_tensorflow_out_of_workers_of_numpy_envs():
 
 @pytest.fixture(scope="module")
 def catch_policy(tmp_path_factory):
-    """A Catch policy network whose greedy actions vary, exported as training exports it."""
-    keras.utils.set_random_seed(3)  # the torso too: greedy actions must vary
-    network = PolicyValueNetwork(CatchConfig()(0).spec)
-    kernel = network.policy_head.kernel
-    kernel.assign(np.random.default_rng(3).normal(0, 5.0, kernel.shape).astype(np.float32))
+    """A Catch policy network whose greedy actions vary over `observation` (the first seed
+    that gives a random network such variety), exported as training exports it."""
+    spec = CatchConfig()(0).spec
+    observation = np.random.default_rng(0).integers(0, 256, (32, *spec.observation.shape))
+    observation = observation.astype(np.uint8)
+    for seed in range(50):
+        keras.utils.set_random_seed(seed)
+        network = PolicyValueNetwork(spec)
+        kernel = network.policy_head.kernel
+        kernel.assign(np.random.default_rng(seed).normal(0, 5.0, kernel.shape).astype(np.float32))
+        if len(set(network(observation)[0].numpy().argmax(-1).tolist())) > 1:
+            break
     path = str(tmp_path_factory.mktemp("run") / "policy")
     export.export_policy(network, None, path)
-    return network, path
+    return network, path, observation
 
 
 def test_exported_policy_acts_like_the_network_and_the_client(catch_policy):
-    network, path = catch_policy
+    network, path, observation = catch_policy
     policy = ExportedPyPolicy(path)
     client, _ = policy_client.load_policy(path)
-    shape = policy.time_step_spec.observation.shape
-    observation = np.random.default_rng(0).integers(0, 256, (32, *shape), dtype=np.uint8)
     greedy = network(observation)[0].numpy().argmax(-1)
     assert len(set(greedy.tolist())) > 1, "weak test: one action for all inputs"
     batch = ts.restart(observation, batch_size=32)
@@ -311,7 +316,7 @@ def test_exported_policy_acts_like_the_network_and_the_client(catch_policy):
 
 
 def test_tf_agents_driver_and_metrics_play_the_exported_policy_on_the_pool(catch_policy):
-    network, path = catch_policy
+    network, path, _ = catch_policy
     with PoolPyEnvironment(SerialPool(CatchConfig(), 4, seed=2)) as env:
         policy = ExportedPyPolicy(path)
         assert policy.time_step_spec.observation.shape == env.observation_spec().shape
