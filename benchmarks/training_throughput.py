@@ -21,6 +21,11 @@ VARIANTS = {
     "32 envs (2 x 16, one group)": (2, 16, ("train.num_groups = 1",)),
     "32 envs (2 x 16, two groups)": (2, 16, ()),
     "64 envs (4 x 16), tf_threads 1": (4, 16, ("train.tf_threads = 1",)),
+    "64 envs (4 x 16, two groups), nice 19, mixed_bfloat16": (
+        4,
+        16,
+        ("set_precision.policy = 'mixed_bfloat16'",),
+    ),
 }
 
 

@@ -137,6 +137,7 @@ def train_off_policy(
     """
     runner.NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
     team = strategies.SyncTeam(strategy)

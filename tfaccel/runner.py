@@ -268,6 +268,7 @@ def train(
     """
     NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    networks.set_precision()  # gin: set_precision.policy
     group_size = num_workers * envs_per_worker // max(num_groups, 1)
     strategies.check_split(strategy, group_size, "the number of envs per group")
     # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;

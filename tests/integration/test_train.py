@@ -242,8 +242,10 @@ def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path,
         ["--gin_file=catch_dqn.gin", "--gin_bindings=DQNConfig.num_atoms = 51"],
         ["--gin_file=catch_a3c.gin"],
         ["--gin_file=catch_appo.gin"],
+        ["--gin_file=catch_a2c.gin", "--gin_bindings=set_precision.policy = 'mixed_bfloat16'"],
+        ["--gin_file=catch_dqn.gin", "--gin_bindings=set_precision.policy = 'mixed_bfloat16'"],
     ],
-    ids=["a2c", "ppo", "dqn", "categorical_dqn", "a3c", "appo"],
+    ids=["a2c", "ppo", "dqn", "categorical_dqn", "a3c", "appo", "a2c_bf16", "dqn_bf16"],
 )
 def test_learns_catch_in_seconds(tmp_path, args):
     result = train(tmp_path, *args)
@@ -395,6 +397,10 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
         (
             ["--gin_bindings=train.envs_per_worker = 0"],
             "num_workers and envs_per_worker must be positive, got 1, 0",
+        ),
+        (
+            ["--gin_bindings=set_precision.policy = 'float16'"],
+            "unknown precision 'float16'; valid: float32, mixed_bfloat16",
         ),
         (
             ["--gin_bindings=train.on_nonfinite = 'ignore'"],
