@@ -35,6 +35,7 @@ def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> kera
 
 
 def make_adam(learning_rate, epsilon: float = 1e-5) -> keras.Optimizer:
+    """Adam with epsilon 1e-5 (baselines' PPO and rlpyt's A2C; `make_adam.epsilon` changes it)."""
     return keras.optimizers.Adam(learning_rate=learning_rate, epsilon=epsilon)
 
 

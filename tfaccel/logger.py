@@ -45,6 +45,7 @@ class MetricsLogger:
         self._live = hasattr(self._stream, "isatty") and self._stream.isatty()
 
     def write(self, row: dict) -> None:
+        """Appends `row` (column -> scalar; `env_frames` required) to the CSV and TensorBoard."""
         if self._columns is None:
             required = [name for name in REQUIRED_COLUMNS if name in row]
             self._columns = required + sorted(set(row) - set(required))
@@ -91,6 +92,7 @@ class MetricsLogger:
         os.replace(temporary, self.path)
 
     def progress(self, text: str, final: bool = False) -> None:
+        """Shows `text` as the live progress line (a terminal), or as a plain line."""
         if self._live:
             self._stream.write("\r" + text.ljust(110)[:160] + ("\n" if final else ""))
         else:
@@ -98,6 +100,7 @@ class MetricsLogger:
         self._stream.flush()
 
     def message(self, text: str) -> None:
+        """Prints `text` on a line of its own (warnings, resume notes, evaluations)."""
         if self._live:
             self._stream.write("\n")
         self._stream.write(text + "\n")

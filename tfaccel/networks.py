@@ -37,6 +37,9 @@ def set_precision(policy: str = "float32") -> None:
 
 
 def a3c_torso() -> list[keras.layers.Layer]:
+    """New layers of the A3C torso (each call builds fresh ones: the DQN learner calls it twice,
+    for the network and its target). A torso maps floats in [0, 1], [B, H, W, C], to features
+    [B, F]; any such factory can replace it (`train.torso`, see docs/extending.md)."""
     return [
         keras.layers.Conv2D(16, 8, strides=4, activation="relu", name="conv1"),
         keras.layers.Conv2D(32, 4, strides=2, activation="relu", name="conv2"),
@@ -46,6 +49,7 @@ def a3c_torso() -> list[keras.layers.Layer]:
 
 
 def nature_torso() -> list[keras.layers.Layer]:
+    """New layers of the Nature DQN torso (the contract of `a3c_torso`)."""
     return [
         keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv1"),
         keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv2"),

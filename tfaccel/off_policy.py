@@ -105,7 +105,7 @@ def train_off_policy(
         dueling: dueling heads (Wang et al., 2016).
         make_optimizer: `learning_rate -> optimizer`.
         learning_rate: the optimizer's learning rate (constant).
-        num_workers: env worker processes.
+        num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
         envs_per_worker: envs per worker.
         num_groups: 1 or 2 alternating groups, one replay buffer each.
         replay_capacity: transitions kept, over all envs.

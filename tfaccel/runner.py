@@ -24,7 +24,7 @@ from tfaccel import checkpoint, console, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
-from tfaccel.envs.pool import EnvPool, PoolError
+from tfaccel.envs.pool import EnvPool, PoolError, SerialPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
 from tfaccel.logger import MetricsLogger, progress_line
 from tfaccel.sampler import OnPolicySampler, compile_act
@@ -103,10 +103,16 @@ def publish_policy(
 def make_pool(
     env, num_workers: int, envs_per_worker: int, num_groups: int, seed: int, niceness: int,
     max_restarts: int = 3, restart_window: float = 600.0, timeout: float = 120.0,
-) -> EnvPool:  # fmt: skip
+) -> EnvPool | SerialPool:  # fmt: skip
     """The env pool of a training run. A worker that dies, hangs (no answer in `timeout` s) or
     whose env raises is replaced, up to `max_restarts` times in `restart_window` s; one more
-    fault ends the run with its error (and the last checkpoint). See `EnvPool`."""
+    fault ends the run with its error (and the last checkpoint). See `EnvPool`.
+
+    `num_workers = 0`: the `envs_per_worker` envs step in this process (`SerialPool`): slower,
+    but an env defined in a notebook or a script's `__main__` works (workers cannot import it).
+    """
+    if num_workers == 0:
+        return SerialPool(env, envs_per_worker, num_groups=num_groups, seed=seed)
     return EnvPool(
         env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
         worker_niceness=niceness, max_restarts=max_restarts, restart_window=restart_window,
@@ -246,8 +252,8 @@ def train(
         make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
         learning_rate: initial learning rate.
         decay_learning_rate: anneal it linearly to 0 over `total_frames`.
-        num_workers: env worker processes.
-        envs_per_worker: envs per worker.
+        num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
+        envs_per_worker: envs per worker (with 0 workers: the envs).
         num_groups: 1 (synchronous) or 2 (alternating groups, each trained on as it completes).
         horizon: steps per rollout (t_max).
         total_frames: env frames to train for (frames = agent steps x frame skip).
@@ -269,7 +275,7 @@ def train(
     NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     networks.set_precision()  # gin: set_precision.policy
-    group_size = num_workers * envs_per_worker // max(num_groups, 1)
+    group_size = max(num_workers, 1) * envs_per_worker // max(num_groups, 1)  # 0: in process
     strategies.check_split(strategy, group_size, "the number of envs per group")
     # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
     # the chief owns root_dir, the others keep their state in their own directory below it.

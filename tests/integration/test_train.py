@@ -413,3 +413,34 @@ def test_user_errors_end_with_one_line(tmp_path, args, message):
     assert result.returncode != 0
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+IN_PROCESS_ENV = """
+import dataclasses, sys
+from tfaccel import runner
+from tfaccel.algorithms import a2c
+from tfaccel.envs.toy import CatchConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookCatch(CatchConfig):  # defined in __main__: worker processes could not import it
+    pass
+
+
+summary = runner.train(
+    sys.argv[1], env=NotebookCatch(), loss_fn=a2c.loss, act_fn=a2c.act,
+    algorithm=a2c.A2CConfig(), num_workers=0, envs_per_worker=4, total_frames=800,
+    log_interval_frames=400, checkpoint_interval_frames=800,
+)
+print("frames", summary["env_frames"])
+"""
+
+
+def test_zero_workers_step_an_env_defined_in_main_in_process(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS_ENV, str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.split("frames")[-1]) >= 800
+    assert int(rows(tmp_path)[-1]["env_frames"]) >= 800

@@ -192,6 +192,11 @@ class SerialPool:
         self._queue = _GroupQueue(self.spec, num_envs, num_groups)
         self.num_groups, self.group_size = num_groups, self._queue.group_size
         self.buffers = Buffers(self.spec, num_envs)
+        self.restarts = 0  # an env that fails here raises: nothing is replaced
+
+    def drain_faults(self) -> list[str]:
+        """Nothing to report: in one process a failing env raises at once."""
+        return []
 
     def reset(self) -> PoolStep:
         """Resets every env and returns all first observations (`view(g)` gives a group's)."""
@@ -207,11 +212,13 @@ class SerialPool:
         )
 
     def send(self, actions, group: int = 0) -> None:
+        """Records `group`'s actions [B]; the envs step in `recv`."""
         rows = self._queue.rows(group)
         self.buffers.action[rows] = self._queue.check_actions(actions, group)
         self._queue.pending.append(group)
 
     def recv(self, group: int = 0) -> PoolStep:
+        """Steps `group`'s envs one after another; returns views of the group's results."""
         self._queue.pop(group)
         rows = self._queue.rows(group)
         indices = range(rows.start, rows.stop)
@@ -223,6 +230,7 @@ class SerialPool:
         return _step_all(self, actions)
 
     def close(self) -> None:
+        """Closes every env."""
         for env in self.envs:
             env.close()
 
