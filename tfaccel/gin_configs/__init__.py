@@ -1,0 +1,50 @@
+"""tfaccel's gin configs (this directory; `gin_configs/` at the top of a checkout links here).
+
+They ship with the package, so an installed tfaccel finds them too:
+
+    from tfaccel import gin_configs
+    gin_configs.parse(["catch_a2c.gin"], ["train.total_frames = 20_000"])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+
+
+def names() -> list[str]:
+    """The configs here, e.g. `a2c.gin`, `distribute/mirrored.gin`."""
+    found = []
+    for folder, _, files in os.walk(DIRECTORY):
+        relative = os.path.relpath(folder, DIRECTORY)
+        found += [os.path.normpath(os.path.join(relative, f)) for f in files if f.endswith(".gin")]
+    return sorted(found)
+
+
+def path(name: str) -> str:
+    """`name` itself if it is a file, else the config of that name here.
+
+    Raises:
+        ValueError: neither exists (the message lists the configs).
+    """
+    if os.path.isfile(name):
+        return name
+    candidate = os.path.join(DIRECTORY, name)
+    if os.path.isfile(candidate):
+        return candidate
+    raise ValueError(f"gin file {name!r} not found; configs in gin_configs/: {', '.join(names())}")
+
+
+def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
+    """Parses `files` (paths, or names of the configs here) and `bindings` into gin, with this
+    directory on gin's search path (for `include 'a2c.gin'`); unknown bindings are errors.
+    Registers tfaccel's configurables first."""
+    import gin
+
+    from tfaccel import off_policy, runner  # noqa: F401  (registers the configurables)
+    from tfaccel.distribute import asynchronous  # noqa: F401
+
+    gin.add_config_file_search_path(DIRECTORY)
+    gin.parse_config_files_and_bindings([path(f) for f in files], bindings, skip_unknown=False)

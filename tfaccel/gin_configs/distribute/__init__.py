@@ -1,0 +1,1 @@
+"""Configs that spread a run over devices, processes and machines (see ../__init__.py)."""
