@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -216,6 +217,7 @@ def train(
     prepare_fn=None,
     anneal_clip: bool = False,
     torso=networks.a3c_torso,
+    network=None,
     make_optimizer=learner.make_rmsprop,
     learning_rate: float = 7e-4,
     decay_learning_rate: bool = True,
@@ -249,6 +251,8 @@ def train(
         anneal_clip: pass `clip = algorithm.clip x (current / initial learning rate)` to the loss
             (PPO's clip annealing, on the learning rate's schedule).
         torso: network torso factory (`@a3c_torso`, `@nature_torso`).
+        network: `spec -> keras.Model` for a network of your own (it returns `(logits [B, A],
+            value [B])` like `PolicyValueNetwork`); None: `PolicyValueNetwork` on `torso`.
         make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
         learning_rate: initial learning rate.
         decay_learning_rate: anneal it linearly to 0 over `total_frames`.
@@ -300,7 +304,9 @@ def train(
             return loss_fn(network, batch, algorithm, clip=algorithm.clip * progress)
 
         agent = learner.Learner(
-            lambda: networks.PolicyValueNetwork(pool.spec, torso=torso),
+            lambda: (network or functools.partial(networks.PolicyValueNetwork, torso=torso))(
+                pool.spec
+            ),
             algorithm_loss,
             lambda: make_optimizer(schedule),
             max_grad_norm=getattr(algorithm, "max_grad_norm", 0.0),

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from tfaccel.envs.pool import env_seeds
 
@@ -417,7 +418,9 @@ def test_user_errors_end_with_one_line(tmp_path, args, message):
 
 IN_PROCESS_ENV = """
 import dataclasses, sys
+import keras
 from tfaccel import runner
+from tfaccel.networks import PolicyValueNetwork
 from tfaccel.algorithms import a2c
 from tfaccel.envs.toy import CatchConfig
 
@@ -427,16 +430,22 @@ class NotebookCatch(CatchConfig):  # defined in __main__: worker processes could
     pass
 
 
+def small_network(spec):  # a network of one's own: train.network
+    torso = lambda: [keras.layers.Conv2D(8, 4, strides=2, activation="relu"),
+                     keras.layers.Flatten(), keras.layers.Dense(32, activation="relu")]
+    return PolicyValueNetwork(spec, torso=torso)
+
+
 summary = runner.train(
     sys.argv[1], env=NotebookCatch(), loss_fn=a2c.loss, act_fn=a2c.act,
     algorithm=a2c.A2CConfig(), num_workers=0, envs_per_worker=4, total_frames=800,
-    log_interval_frames=400, checkpoint_interval_frames=800,
+    log_interval_frames=400, checkpoint_interval_frames=800, network=small_network,
 )
 print("frames", summary["env_frames"])
 """
 
 
-def test_zero_workers_step_an_env_defined_in_main_in_process(tmp_path):
+def test_zero_workers_step_an_env_defined_in_main_with_a_network_of_ones_own(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", IN_PROCESS_ENV, str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -444,3 +453,6 @@ def test_zero_workers_step_an_env_defined_in_main_in_process(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert int(result.stdout.split("frames")[-1]) >= 800
     assert int(rows(tmp_path)[-1]["env_frames"]) >= 800
+    assert (tmp_path / "policy" / "saved_model.pb").exists()
+    shapes = [shape for _, shape in tf.train.list_variables(str(tmp_path / "checkpoints"))]
+    assert [4, 4, 1, 8] in shapes  # the network of one's own was trained and saved
