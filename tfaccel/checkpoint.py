@@ -44,6 +44,7 @@ class Counters(tf.Module):
         self.recent_count.assign(len(scores))
 
     def recalled_scores(self) -> list[float]:
+        """The remembered scores, oldest first."""
         return [float(s) for s in self.recent_scores.numpy()[: int(self.recent_count)]]
 
 

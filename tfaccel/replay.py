@@ -81,6 +81,7 @@ class SumTree:
             self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
 
     def total(self) -> float:
+        """The sum of all priorities (the root)."""
         return float(self.nodes[1])
 
     def get(self, indices: np.ndarray) -> np.ndarray:

@@ -142,6 +142,7 @@ class OnPolicySampler:
                 self._act_and_send(group, step.observation)
 
     def drain_games(self) -> list[tuple[float, int]]:
+        """(raw score, length) of the games finished since the last call."""
         games, self.games = self.games, []
         return games
 

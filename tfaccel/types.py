@@ -51,9 +51,11 @@ class Game:
     length: int = 0  # agent steps so far
 
     def start(self) -> None:
+        """Begins a new game: not over, score and length 0."""
         self.over, self.score, self.length = False, 0.0, 0
 
     def record(self, raw_reward: float) -> None:
+        """Adds one agent step with its raw reward to the game."""
         self.score += raw_reward
         self.length += 1
 

@@ -78,10 +78,12 @@ class StoreSync:
         self.pull()
 
     def pull(self) -> None:
+        """Copies the store's parameters into the network (and notes them as the start of a round)."""
         self._start = self._store.pull()
         self._write(self._start)
 
     def train(self, batch) -> dict:
+        """One local update; every `steps_per_push` of them, pushes their change to the store."""
         if self._since_pull == 0:
             self.pull()
         metrics = self._agent.train(batch)
@@ -109,9 +111,11 @@ class AsyncTeam:
         self._ready, self.store, self._reported = ready, None, 0
 
     def run_dir(self, root_dir: str) -> str:
+        """Where this learner writes: `root_dir` for the chief, `root_dir/learner-<i>` otherwise."""
         return root_dir if self.chief else os.path.join(root_dir, f"learner-{self.index}")
 
     def seed(self, seed: int) -> int:
+        """This learner's seed: distinct for every learner of every machine."""
         return seed + 100_003 * (self.index + self.size * self.machine)
 
     def attach(self, agent, counters):
@@ -136,11 +140,13 @@ class AsyncTeam:
         return self.store.add_steps(added) + self.store.remote_steps
 
     def stop(self, flag: bool) -> bool:
+        """True once this learner or any other asked to stop (`flag` asks)."""
         if flag:
             self.store.request_stop()
         return bool(flag) or self.store.stop_requested
 
     def close(self) -> None:
+        """Unmaps the store (the launcher removes it)."""
         if self.store is not None:
             self.store.close(unlink=False)
 

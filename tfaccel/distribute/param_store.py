@@ -102,6 +102,7 @@ class ParameterStore:
 
     @property
     def pushes(self) -> int:
+        """Pushes applied so far."""
         return self._counter(self._PUSHES)
 
     def add_steps(self, steps: int) -> int:
@@ -119,18 +120,22 @@ class ParameterStore:
         return self._counter(self._REMOTE_STEPS)
 
     def set_remote_steps(self, steps: int) -> None:
+        """Records the other machines' agent steps (the machine sync does)."""
         with self._locks[0]:
             self._header[self._REMOTE_STEPS] = int(steps)
 
     def set_steps(self, steps: int) -> None:
+        """Sets the agent-step counter (a resumed run's count)."""
         with self._locks[0]:
             self._header[self._STEPS] = int(steps)
 
     def request_stop(self) -> None:
+        """Asks every learner to stop."""
         self._counter(self._STOP, 1)
 
     @property
     def stop_requested(self) -> bool:
+        """Whether any learner (or the machine sync) asked to stop."""
         return self._counter(self._STOP) > 0
 
     def set(self, values: np.ndarray) -> None:

@@ -245,12 +245,15 @@ class SyncTeam:
         self._vote = AnyVote(strategy)
 
     def run_dir(self, root_dir: str) -> str:
+        """Where this worker writes: `root_dir` for the chief, `root_dir/worker-<i>` otherwise."""
         return root_dir if self.chief else os.path.join(root_dir, f"worker-{self.index}")
 
     def seed(self, seed: int) -> int:
+        """This worker's seed: distinct for every worker."""
         return seed + 100_003 * self.index
 
     def attach(self, agent, counters):
+        """The learner as the runner uses it (synchronous workers share it through the strategy)."""
         del counters
         return agent
 
@@ -259,4 +262,5 @@ class SyncTeam:
         return base_steps + local_steps * self.size
 
     def stop(self, flag: bool) -> bool:
+        """True on every worker once any worker's `flag` is True."""
         return self._vote(flag)

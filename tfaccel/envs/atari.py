@@ -128,6 +128,7 @@ class AtariConfig:
 
     @property
     def observation_spec(self) -> ArraySpec:
+        """The stacked observation's shape and dtype, without starting an emulator."""
         return ArraySpec((self.height, self.width, self.stack), np.dtype(np.uint8))
 
     def describe(self) -> dict:
@@ -169,6 +170,7 @@ class AtariEnv:
         self.game = Game()
 
     def reset(self) -> np.ndarray:
+        """Starts an episode (a new game when the last one is over); returns its first observation."""
         ale = self._ale
         if self.game.over:
             ale.reset_game()
@@ -187,6 +189,7 @@ class AtariEnv:
         return self._observe()
 
     def step(self, action: int) -> StepResult:
+        """Takes `action` for `frame_skip` frames; returns the `StepResult`."""
         ale, screens, skip = self._ale, self._screens, self.config.frame_skip
         ale_action = self._actions[action]
         reward = 0.0
@@ -220,4 +223,5 @@ class AtariEnv:
         return self._stack.push(self._resize(frame[self._rows]))
 
     def close(self) -> None:
+        """Closes the emulator."""
         self._ale = None

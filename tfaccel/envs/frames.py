@@ -96,6 +96,7 @@ class FrameStack:
             self._incoming = scratch((height, width), np.uint32, "stack-incoming")
 
     def clear(self) -> None:
+        """Zeroes the stack: an episode starts on blank planes."""
         self.array.fill(0)
 
     def push(self, frame: np.ndarray) -> np.ndarray:

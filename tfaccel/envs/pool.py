@@ -579,6 +579,7 @@ class EnvPool:
 
     @property
     def pids(self) -> list[int]:
+        """The worker processes' ids, worker 0 first."""
         return [p.pid for p in self._processes]
 
     def close(self) -> None:

@@ -71,6 +71,7 @@ class Buffers:
         return layout, offset
 
     def view(self, rows: slice) -> PoolStep:
+        """The arrays of `rows` as a `PoolStep` of views (no copy)."""
         return PoolStep(*(self.arrays[name][rows] for name in PoolStep._fields))
 
 
