@@ -262,3 +262,23 @@ def test_client_observations_equal_the_env_frame_by_frame(config):
             np.testing.assert_array_equal(game.reset(), env.reset())
     assert len(games_over) >= 2  # Pong by its time limit, Breakout by losing all lives
     assert observation[..., -1].std() > 0
+
+
+def test_a_policy_of_vector_observations_takes_them_as_they_are(tmp_path):
+    from tfaccel.envs.toy import CatchConfig
+    from tfaccel.networks import mlp_torso
+
+    keras.utils.set_random_seed(1)
+    network = PolicyValueNetwork(CatchConfig(vector=True)(0).spec, torso=mlp_torso)
+    kernel = network.policy_head.kernel
+    kernel.assign(np.random.default_rng(1).normal(0, 3.0, kernel.shape).astype(np.float32))
+    path = str(tmp_path / "policy")
+    export.export_policy(network, None, path)
+    policy, metadata = policy_client.load_policy(path)
+    assert metadata["observation"] == {"shape": [3], "dtype": "float32"}
+    observation = np.random.default_rng(0).random((64, 3), np.float32)
+    expected = network(observation)[0].numpy().argmax(-1)
+    assert len(set(expected.tolist())) > 1, "weak test: one action for all inputs"
+    np.testing.assert_array_equal(policy(observation)["action"], expected)
+    with pytest.raises(ValueError, match=r"observation must be float32 \[B, 3\]"):
+        policy(observation.astype(np.uint8))

@@ -93,10 +93,12 @@ def export_policy(
         raise ValueError(f"head must be one of {HEADS}, got {head!r}")
     if (head == "probabilities") != (support is not None):
         raise ValueError("support is required for head 'probabilities', and only for it")
-    observation_shape = _observation_shape(network, env_config)
+    observation_shape, dtype = _observation_spec(network, env_config)
     _check_finite(network)
     extra = json.loads(json.dumps(extra or {}, default=_to_json))  # fails early, not mid-write
-    module = _PolicyModule(network, observation_shape, head, head_fn or select_head(head), support)
+    module = _PolicyModule(
+        network, (observation_shape, dtype), head, head_fn or select_head(head), support
+    )
     preprocessing = env_config.describe() if env_config is not None else None
     if preprocessing is not None and len(preprocessing["action_names"]) != module.num_actions:
         raise ValueError(
@@ -108,7 +110,7 @@ def export_policy(
         format_version=FORMAT_VERSION,
         tfaccel_version=tfaccel.__version__,
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        observation=dict(shape=list(observation_shape), dtype="uint8"),
+        observation=dict(shape=list(observation_shape), dtype=dtype),
         num_actions=module.num_actions,
         head=head,
         outputs=sorted(module.output_names),
@@ -126,18 +128,20 @@ def export_policy(
     _write_atomically(path, write)
 
 
-def _observation_shape(network: keras.Model, env_config: AtariConfig | None) -> tuple[int, ...]:
+def _observation_spec(network: keras.Model, env_config: AtariConfig | None) -> tuple[tuple, str]:
+    """(shape, dtype name) of one observation, from the network's spec and/or the env config."""
     network_spec = getattr(getattr(network, "spec", None), "observation", None)
-    shapes = {}
+    specs = {}
     if network_spec is not None:
-        shapes["network.spec"] = tuple(network_spec.shape)
+        specs["network.spec"] = (tuple(network_spec.shape), np.dtype(network_spec.dtype).name)
     if env_config is not None:
-        shapes["env_config"] = tuple(env_config.observation_spec.shape)
-    if not shapes:
+        spec = env_config.observation_spec
+        specs["env_config"] = (tuple(spec.shape), np.dtype(spec.dtype).name)
+    if not specs:
         raise ValueError("cannot tell the observation shape: give env_config or a network.spec")
-    if len(set(shapes.values())) > 1:
-        raise ValueError(f"the observation shapes disagree: {shapes}")
-    return next(iter(shapes.values()))
+    if len(set(specs.values())) > 1:
+        raise ValueError(f"the observation shapes disagree: {specs}")
+    return next(iter(specs.values()))
 
 
 def _check_finite(network: keras.Model) -> None:
@@ -166,11 +170,12 @@ class _PolicyModule(tf.Module):
     `ExportArchive` does).
     """
 
-    def __init__(self, network, observation_shape, head, head_fn, support):
+    def __init__(self, network, observation, head, head_fn, support):
         super().__init__(name="tfaccel_policy")
         self.network_variables = list(network.variables)
         self.support = None if support is None else tf.constant(support, tf.float32)  # [N]
-        signature = tf.TensorSpec([None, *observation_shape], tf.uint8, name="observation")
+        shape, dtype = observation
+        signature = tf.TensorSpec([None, *shape], tf.as_dtype(dtype), name="observation")
         traced = {}
 
         def serve(observation):

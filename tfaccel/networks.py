@@ -1,4 +1,5 @@
-"""Keras 3 networks of the papers. Inputs are uint8 frames [B, H, W, C], scaled inside the model.
+"""Keras 3 networks of the papers. Inputs are uint8 frames [B, H, W, C], scaled to [0, 1] inside
+the model (observations of any other dtype, e.g. float vectors for `mlp_torso`, go in as they are).
 
 - `a3c_torso`: the policy-gradient network of Mnih et al. (2016) used by Stooke & Abbeel (2018)
   and PAAC: conv 16 8x8/4, conv 32 4x4/2, FC 256, ReLU.
@@ -34,6 +35,19 @@ def set_precision(policy: str = "float32") -> None:
     if policy not in PRECISIONS:
         raise ValueError(f"unknown precision {policy!r}; valid: {', '.join(PRECISIONS)}")
     keras.mixed_precision.set_global_policy(policy)
+
+
+def _scaled(observation: tf.Tensor, dtype) -> tf.Tensor:
+    """Observations as `dtype`: uint8 frames scaled to [0, 1], any other dtype as it is."""
+    x = tf.cast(observation, dtype)
+    return x * (1.0 / 255.0) if observation.dtype == tf.uint8 else x
+
+
+def mlp_torso(units: tuple[int, ...] = (64, 64)) -> list[keras.layers.Layer]:
+    """New dense layers (tanh) for vector observations [B, D] (or anything, flattened first)."""
+    return [keras.layers.Flatten()] + [
+        keras.layers.Dense(n, activation="tanh", name=f"fc{i + 1}") for i, n in enumerate(units)
+    ]
 
 
 def a3c_torso() -> list[keras.layers.Layer]:
@@ -78,7 +92,7 @@ class PolicyValueNetwork(keras.Model):
         self.built = True
 
     def call(self, observation):
-        x = tf.cast(observation, self.compute_dtype) * (1.0 / 255.0)  # [B, H, W, C]
+        x = _scaled(observation, self.compute_dtype)  # [B, H, W, C], or [B, D]
         features = self.torso(x)  # [B, F]
         return self.policy_head(features), tf.squeeze(self.value_head(features), -1)
 
@@ -133,7 +147,7 @@ class QNetwork(keras.Model):
         self.built = True
 
     def call(self, observation):
-        x = tf.cast(observation, self.compute_dtype) * (1.0 / 255.0)  # [B, H, W, C]
+        x = _scaled(observation, self.compute_dtype)  # [B, H, W, C], or [B, D]
         features = self.torso(x)  # [B, F]
         shape = [-1, self.spec.num_actions, self.num_atoms]
         head = tf.reshape(self.advantage_head(features), shape)  # [B, A, N]

@@ -106,6 +106,7 @@ class Policy:
         self._signature = signature
         self.metadata = metadata
         self.observation_shape = tuple(metadata["observation"]["shape"])
+        self.observation_dtype = np.dtype(metadata["observation"].get("dtype", "uint8"))
         self.num_actions = int(metadata["num_actions"])
         self.head = metadata["head"]
 
@@ -123,12 +124,13 @@ class Policy:
         """
         observation = np.asarray(observation)
         expected = (None, *self.observation_shape)
-        if observation.dtype != np.uint8 or (
-            observation.ndim != 4 or observation.shape[1:] != self.observation_shape
+        if observation.dtype != self.observation_dtype or observation.shape[1:] != (
+            self.observation_shape
         ):
             raise ValueError(
-                f"observation must be uint8 {_shape_text(expected)} (a batch of preprocessed, "
-                f"stacked frames), got {observation.dtype} {_shape_text(observation.shape)}"
+                f"observation must be {self.observation_dtype} {_shape_text(expected)} (a batch "
+                f"of the env's observations, preprocessed and stacked as the policy's json says), "
+                f"got {observation.dtype} {_shape_text(observation.shape)}"
             )
         outputs = self._signature(observation=observation)
         return {name: value.numpy() for name, value in outputs.items()}

@@ -42,6 +42,7 @@ gin.external_configurable(ppo.samples, "ppo_samples", module="tfaccel")
 for _function in (
     networks.a3c_torso,
     networks.nature_torso,
+    networks.mlp_torso,
     learner.make_rmsprop,
     learner.make_adam,
 ):

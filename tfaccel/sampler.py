@@ -4,7 +4,8 @@
 two groups the rollout of one group is yielded (and trained on) while the other group steps, as in
 the paper's alternating sampler; with one group every yield is synchronous.
 
-The act function is a `tf.function` with a fixed input signature [B, H, W, C] uint8, called once
+The act function is a `tf.function` with a fixed input signature (uint8 [B, H, W, C] frames, or
+the env's observations), called once
 per group step; its outputs come back as numpy arrays. Game statistics are of full games in raw
 score, taken from the pool (`game_over`, `game_return`, `game_length`).
 """
@@ -30,13 +31,13 @@ def compile_act(network, act: Callable, spec, batch_size: int, seed: int = 0):
     that drives the sampling (checkpoint it to resume the random stream).
     """
     generator = tf.random.Generator.from_seed(seed)
-    shape = (batch_size, *spec.observation.shape)
+    shape, dtype = (batch_size, *spec.observation.shape), tf.as_dtype(spec.observation.dtype)
 
-    @tf.function(input_signature=[tf.TensorSpec(shape, tf.uint8)])
+    @tf.function(input_signature=[tf.TensorSpec(shape, dtype)])
     def act_fn(observation):
         return act(network, observation, generator)
 
-    @tf.function(input_signature=[tf.TensorSpec((1, *spec.observation.shape), tf.uint8)])
+    @tf.function(input_signature=[tf.TensorSpec((1, *spec.observation.shape), dtype)])
     def value_fn(observation):
         return network(observation)[1]
 

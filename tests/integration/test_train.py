@@ -243,10 +243,21 @@ def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path,
         ["--gin_file=catch_dqn.gin", "--gin_bindings=DQNConfig.num_atoms = 51"],
         ["--gin_file=catch_a3c.gin"],
         ["--gin_file=catch_appo.gin"],
+        ["--gin_file=catch_vector_ppo.gin"],
         ["--gin_file=catch_a2c.gin", "--gin_bindings=set_precision.policy = 'mixed_bfloat16'"],
         ["--gin_file=catch_dqn.gin", "--gin_bindings=set_precision.policy = 'mixed_bfloat16'"],
     ],
-    ids=["a2c", "ppo", "dqn", "categorical_dqn", "a3c", "appo", "a2c_bf16", "dqn_bf16"],
+    ids=[
+        "a2c",
+        "ppo",
+        "dqn",
+        "categorical_dqn",
+        "a3c",
+        "appo",
+        "ppo_vector",
+        "a2c_bf16",
+        "dqn_bf16",
+    ],
 )
 def test_learns_catch_in_seconds(tmp_path, args):
     result = train(tmp_path, *args)

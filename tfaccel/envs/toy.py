@@ -137,12 +137,15 @@ class CatchConfig:
         columns: grid columns.
         scale: pixels per grid cell.
         stack: frames per observation.
+        vector: observe float32 [3] (ball row, ball column, paddle column, each scaled to
+            [0, 1]) instead of frames: an env of vector observations (`networks.mlp_torso`).
     """
 
     rows: int = 10
     columns: int = 5
     scale: int = 4
     stack: int = 1
+    vector: bool = False
 
     def __call__(self, seed: int) -> CatchEnv:
         return CatchEnv(self, seed)
@@ -154,7 +157,9 @@ class CatchEnv:
     def __init__(self, config: CatchConfig, seed: int):
         self.config = config
         height, width = (config.rows + 1) * config.scale, config.columns * config.scale
-        self.spec = EnvSpec(ArraySpec((height, width, config.stack), np.dtype(np.uint8)), 3)
+        frames = ArraySpec((height, width, config.stack), np.dtype(np.uint8))
+        vector = ArraySpec((3,), np.dtype(np.float32))
+        self.spec = EnvSpec(vector if config.vector else frames, 3)
         self._rng = np.random.default_rng(seed)
         self._stack = FrameStack(height, width, config.stack)
         self._frame = np.zeros((height, width), np.uint8)
@@ -162,6 +167,10 @@ class CatchEnv:
         self.game = Game()
 
     def _render(self) -> np.ndarray:
+        if self.config.vector:
+            rows, columns = self.config.rows - 1, self.config.columns - 1
+            position = (self._ball_row / rows, self._ball_col / columns, self._paddle / columns)
+            return np.array(position, np.float32)
         s, frame = self.config.scale, self._frame
         frame.fill(0)
         frame[
