@@ -148,7 +148,14 @@ def train_off_policy(
     with runner.make_pool(
         env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
     ) as pool:
-        height, width, stack = pool.spec.observation.shape
+        observation = pool.spec.observation
+        if len(observation.shape) != 3 or observation.dtype != np.uint8:
+            raise ValueError(
+                "the replay stores uint8 frames [H, W, stack], one frame per step; this env "
+                f"observes {observation.dtype} {list(observation.shape)}: train it on-policy "
+                "(a2c.gin, ppo.gin)"
+            )
+        height, width, stack = observation.shape
         needed = num_groups * memory_needed(
             pool.group_size, replay_capacity // num_groups, (height, width)
         )

@@ -407,6 +407,11 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "available: lower train_off_policy.replay_capacity",
         ),
         (
+            ["--gin_file=catch_dqn.gin", "--gin_bindings=CatchConfig.vector = True"],
+            "the replay stores uint8 frames [H, W, stack], one frame per step; this env observes "
+            "float32 [3]",
+        ),
+        (
             ["--gin_bindings=train.envs_per_worker = 0"],
             "num_workers and envs_per_worker must be positive, got 1, 0",
         ),
