@@ -1,0 +1,21 @@
+"""Every shipped gin config parses with unknown bindings as errors, and bare names resolve."""
+
+import gin
+import pytest
+
+from tfaccel import gin_configs
+
+
+@pytest.mark.parametrize("name", gin_configs.names())
+def test_every_config_parses(name):
+    gin.clear_config()
+    try:
+        gin_configs.parse([name])
+    finally:
+        gin.clear_config()
+
+
+def test_a_missing_config_lists_the_shipped_ones():
+    with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found; .*a2c.gin, a2c_256.gin"):
+        gin_configs.path("nope.gin")
+    assert len(gin_configs.names()) >= 20 and "distribute/mirrored.gin" in gin_configs.names()
