@@ -25,6 +25,7 @@ from tfaccel import checkpoint, console, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.gymnasium_env import GymnasiumConfig
 from tfaccel.envs.pool import EnvPool, PoolError, SerialPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
 from tfaccel.logger import MetricsLogger, progress_line
@@ -32,7 +33,8 @@ from tfaccel.sampler import OnPolicySampler, compile_act
 from tfaccel.types import Rollout
 
 for _configurable in (
-    AtariConfig, CatchConfig, ScriptedConfig, a2c.A2CConfig, ppo.PPOConfig, dqn.DQNConfig,
+    AtariConfig, CatchConfig, ScriptedConfig, GymnasiumConfig, a2c.A2CConfig, ppo.PPOConfig,
+    dqn.DQNConfig,
 ):  # fmt: skip
     gin.external_configurable(_configurable, module="tfaccel")
 gin.external_configurable(a2c.loss, "a2c_loss", module="tfaccel")

@@ -472,3 +472,11 @@ def test_zero_workers_step_an_env_defined_in_main_with_a_network_of_ones_own(tmp
     assert (tmp_path / "policy" / "saved_model.pb").exists()
     shapes = [shape for _, shape in tf.train.list_variables(str(tmp_path / "checkpoints"))]
     assert [4, 4, 1, 8] in shapes  # the network of one's own was trained and saved
+
+
+def test_ppo_learns_gymnasium_cartpole(tmp_path):
+    result = train(tmp_path, "--gin_file=cartpole_ppo.gin")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = [float(row["episode_return_raw_mean"]) for row in rows(tmp_path)]
+    assert scores[0] < 40  # a random policy balances for about 22 steps
+    assert max(scores[-3:]) >= 100, scores
