@@ -16,7 +16,12 @@ import math
 import os
 import sys
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tfaccel import plot  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
 def main():
@@ -54,23 +59,8 @@ def main():
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, f"{args.name}.json"), "w") as handle:
         json.dump(summary, handle, indent=2)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (by_frames, by_wall) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-    by_frames.plot([f / 1e6 for f in frames], score)
-    by_frames.set_xlabel("env frames (millions)")
-    by_frames.set_ylabel("raw score, mean of last 20 games")
-    by_wall.plot([w / 60 for w in wall], score)
-    by_wall.set_xlabel("wall time (minutes)")
-    for axes in (by_frames, by_wall):
-        axes.axhline(args.target, color="gray", linestyle=":")
-        axes.grid(alpha=0.3)
-    figure.suptitle(args.name)
-    figure.tight_layout()
-    figure.savefig(os.path.join(RESULTS, f"{args.name}.png"), dpi=110)
+    # The curve is bin/plot's (tfaccel.plot), as for every curve in benchmarks/.
+    plot.plot([args.run_dir], os.path.join(RESULTS, f"{args.name}.png"), args.name, args.target)
     print(json.dumps(summary, indent=2))
 
 
