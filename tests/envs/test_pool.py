@@ -452,3 +452,19 @@ def test_more_envs_than_shared_memory_holds_is_named_and_leaves_nothing():
     with pytest.raises(ValueError, match=rf"{too_many} envs need .* MiB of shared memory and "):
         EnvPool(config, 1, too_many)
     assert not shm_segments() - before and not worker_children()
+
+
+def test_a_worker_that_failed_before_its_next_command_is_reported_with_its_error():
+    seeds = env_seeds(0, 2)  # one worker, env 0 in group 0 and env 1 in group 1
+    config = ScriptedConfig(raise_at_step=1, faulty_seeds=(seeds[1],))
+    with EnvPool(config, 1, 2, num_groups=2, seed=0, max_restarts=1) as pool:
+        pool.reset()
+        pool.send(np.zeros(1, np.int32), 0)
+        pool.send(np.zeros(1, np.int32), 1)  # env 1 raises here, and the worker exits
+        pool.recv(0)
+        time.sleep(1.0)
+        pool.send(np.zeros(1, np.int32), 0)  # to a worker that is gone
+        step_1, step_0 = pool.recv(1).truncated.copy(), pool.recv(0).truncated.copy()
+        (fault,) = pool.drain_faults()
+    assert "failed: " in fault and "env 1 raised RuntimeError: scripted fault at step 1" in fault
+    assert step_1.tolist() == [True] and step_0.tolist() == [True]  # both cut by the fault

@@ -512,6 +512,18 @@ class EnvPool:
             self._fail(fault)
         self._replace(w, fault, group)
 
+    def _unread_error(self, w: int) -> str | None:
+        """The error message worker `w` sent and nobody read yet (its replies are discarded: a
+        replacement answers the commands it owed), or None."""
+        fd = self._replies[w].fileno()
+        while select.select([fd], [], [], 0)[0]:
+            byte = os.read(fd, 1)
+            if byte == ERROR:
+                return read_error_message(fd)
+            if byte != OK:  # end of the pipe
+                return None
+        return None
+
     def _check_open(self) -> None:
         if self._closed:
             raise PoolError("the pool is closed")
@@ -525,9 +537,13 @@ class EnvPool:
             except (BrokenPipeError, OSError):
                 self._processes[w].join(1.0)
                 reason = _exit_reason(self._processes[w].exitcode)
+                error = self._unread_error(w)  # it failed on an earlier command, then exited
+                fault = f"{self._describe(w)} " + (
+                    f"failed: {error}" if error else f"is gone ({reason})"
+                )
                 if not self.max_restarts or byte == RESET:
-                    self._fail(f"{self._describe(w)} is gone ({reason})")
-                self._replace(w, f"{self._describe(w)} is gone ({reason})", None)
+                    self._fail(fault)
+                self._replace(w, fault, None)
                 os.write(self._commands[w].fileno(), message)
 
     def reset(self) -> PoolStep:
