@@ -19,3 +19,13 @@ def test_a_missing_config_lists_the_shipped_ones():
     with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found; .*a2c.gin, a2c_256.gin"):
         gin_configs.path("nope.gin")
     assert len(gin_configs.names()) >= 20 and "distribute/mirrored.gin" in gin_configs.names()
+
+
+def test_includes_log_no_error_looking_lines(caplog):
+    gin.clear_config()
+    try:
+        with caplog.at_level("INFO"):
+            gin_configs.parse(["catch_a3c.gin"])  # includes catch_a2c.gin, which includes a2c.gin
+    finally:
+        gin.clear_config()
+    assert not [record for record in caplog.records if "Path not found" in record.getMessage()]

@@ -8,6 +8,7 @@ They ship with the package, so an installed tfaccel finds them too:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 
@@ -47,4 +48,15 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     from tfaccel.distribute import asynchronous  # noqa: F401
 
     gin.add_config_file_search_path(DIRECTORY)
-    gin.parse_config_files_and_bindings([path(f) for f in files], bindings, skip_unknown=False)
+    # Gin looks each `include` up as a Python resource first and logs an error-looking
+    # "Path not found" before it finds the file on the search path: not a problem, not shown.
+    root = logging.getLogger()
+    root.addFilter(_not_a_resource_lookup)
+    try:
+        gin.parse_config_files_and_bindings([path(f) for f in files], bindings, skip_unknown=False)
+    finally:
+        root.removeFilter(_not_a_resource_lookup)
+
+
+def _not_a_resource_lookup(record: logging.LogRecord) -> bool:
+    return record.module != "resource_reader"
