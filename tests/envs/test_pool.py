@@ -223,10 +223,13 @@ def test_a_killed_worker_is_replaced_and_its_cut_episodes_are_marked():
     before = shm_segments()
     with EnvPool(ScriptedConfig(), 2, 2, num_groups=2, max_restarts=2) as pool:
         pool.reset()
+        killed = pool.pids[0]
+        os.kill(killed, signal.SIGKILL)  # dead before it owes anything: no race with its steps
+        deadline = time.monotonic() + 10
+        while killed in worker_children() and time.monotonic() < deadline:
+            time.sleep(0.05)
         for group in (0, 1):
             pool.send(np.zeros(2, np.int32), group)
-        killed = pool.pids[0]
-        os.kill(killed, signal.SIGKILL)
         results = step_twice_per_group(pool, 20)
         (fault,) = pool.drain_faults()
         assert fault.startswith("worker 0 (pid") and "killed by SIGKILL" in fault
