@@ -85,6 +85,7 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
 
 
 def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_path):
+    before = set(stores_left())
     machines = start_machines(
         tmp_path, "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
     )
@@ -104,3 +105,4 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
     while any(os.path.exists(f"/proc/{pid}") for pid in orphans) and time.time() < deadline:
         time.sleep(0.5)
     assert not [pid for pid in orphans if os.path.exists(f"/proc/{pid}")], "learners left"
+    assert set(stores_left()) == before  # the orphaned chief removed its machine's store

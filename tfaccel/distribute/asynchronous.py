@@ -148,7 +148,10 @@ class AsyncTeam:
     def close(self) -> None:
         """Unmaps the store (the launcher removes it)."""
         if self.store is not None:
-            self.store.close(unlink=False)
+            self.store.close(unlink=self.chief and ORPHANED.is_set())
+
+
+ORPHANED = threading.Event()  # this learner's launcher is gone
 
 
 def _stop_when_orphaned(parent: int) -> None:
@@ -158,6 +161,7 @@ def _stop_when_orphaned(parent: int) -> None:
     def watch():
         while os.getppid() == parent:
             time.sleep(1.0)
+        ORPHANED.set()  # the chief then removes the store, which the launcher would have
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="tfaccel-orphan-watch", daemon=True).start()
