@@ -33,7 +33,8 @@ bootstrapped from the new observation) and no finished game, so the lost games a
 statistics; `drain_faults()` says what happened. One fault more within the window raises. Workers ignore SIGINT (the caller handles Ctrl-C and
 closes the pool) and exit when the caller's end of their pipe closes, even if it was SIGKILLed.
 
-The worker side (the stepping routine, the buffers, the protocol) is in `tfaccel.envs.worker`.
+The worker side (the stepping routine, the buffers, the protocol) is in `tfaccel.envs.worker`;
+the group bookkeeping both pools share, and `SerialPool`, in `tfaccel.envs.serial_pool`.
 Numpy only. Env factories are called in the workers and must be picklable and importable from a
 module (not a script's `__main__`, which workers do not import: that keeps TensorFlow out of them).
 """
@@ -51,10 +52,16 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import numpy as np
-
+from tfaccel.envs.serial_pool import (
+    EnvFactory,
+    GroupQueue,
+    SerialPool,
+    check_sizes,
+    env_seeds,
+    step_all,
+)
 from tfaccel.envs.worker import (
     CLOSE,
     ERROR,
@@ -65,25 +72,15 @@ from tfaccel.envs.worker import (
     PoolError,
     map_shared,
     read_error_message,
-    reset_envs,
-    step_envs,
     unmap_shared,
     worker_main,
 )
-from tfaccel.types import Env, EnvSpec, PoolStep
+from tfaccel.types import PoolStep
 
 __all__ = ["EnvPool", "SerialPool", "PoolError", "WORKER_NAME", "env_seeds", "EnvFactory"]
 
-EnvFactory = Callable[[int], Env]
-
 
 _SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-
-
-def env_seeds(seed: int, num_envs: int) -> list[int]:
-    """Independent 31-bit seeds for the envs of a pool, from one seed."""
-    state = np.random.SeedSequence(seed).generate_state(num_envs, np.uint32)
-    return [int(s) & 0x7FFFFFFF for s in state]
 
 
 def _check_importable(env_factory) -> None:
@@ -127,129 +124,6 @@ def _layout(
         ]
         for w in range(num_workers)
     ]
-
-
-def _check_sizes(num_envs: int, num_groups: int) -> None:
-    if num_groups not in (1, 2):
-        raise ValueError(f"num_groups must be 1 or 2, got {num_groups}")
-    if num_envs <= 0 or num_envs % num_groups:
-        raise ValueError(
-            f"the envs ({num_envs}) must be positive and split evenly into {num_groups} groups"
-        )
-
-
-class _GroupQueue:
-    """The groups sent and not yet received, in order; shared bookkeeping of both pools."""
-
-    def __init__(self, spec: EnvSpec, num_envs: int, num_groups: int):
-        self.spec, self.num_groups = spec, num_groups
-        self.group_size = num_envs // num_groups
-        self.pending: list[int] = []
-
-    def rows(self, group: int) -> slice:
-        if not 0 <= group < self.num_groups:
-            raise ValueError(f"group must be in [0, {self.num_groups}), got {group}")
-        return slice(group * self.group_size, (group + 1) * self.group_size)
-
-    def check_actions(self, actions, group: int) -> np.ndarray:
-        actions = np.asarray(actions)
-        if actions.shape != (self.group_size,) or actions.dtype.kind not in "iu":
-            raise ValueError(
-                f"actions must be integers of shape ({self.group_size},) for group {group}, "
-                f"got {actions.dtype} {actions.shape}"
-            )
-        if group in self.pending:
-            raise RuntimeError(
-                f"group {group} was sent already; recv({group}) before sending it again"
-            )
-        if actions.size and (actions.max() >= self.spec.num_actions or actions.min() < -1):
-            raise ValueError(
-                f"actions must be in [0, {self.spec.num_actions}) or -1 (hold), got {actions}"
-            )
-        return actions
-
-    def pop(self, group: int) -> None:
-        if not self.pending or self.pending[0] != group:
-            raise RuntimeError(
-                f"recv({group}) out of order: groups pending, oldest first: {self.pending}"
-            )
-        self.pending.pop(0)
-
-
-class SerialPool:
-    """The pool's semantics in this process, one env after another: the reference for tests and
-    the simplest way to debug an env. Same constructor arguments as `EnvPool` without workers.
-    """
-
-    def __init__(
-        self, env_factory: EnvFactory, num_envs: int, *, num_groups: int = 1, seed: int = 0
-    ):
-        _check_sizes(num_envs, num_groups)
-        self.seeds = env_seeds(seed, num_envs)
-        self.envs = [env_factory(s) for s in self.seeds]
-        self.spec = self.envs[0].spec
-        self.num_envs = num_envs
-        self._queue = _GroupQueue(self.spec, num_envs, num_groups)
-        self.num_groups, self.group_size = num_groups, self._queue.group_size
-        self.buffers = Buffers(self.spec, num_envs)
-        self.restarts = 0  # an env that fails here raises: nothing is replaced
-
-    def drain_faults(self) -> list[str]:
-        """Nothing to report: in one process a failing env raises at once."""
-        return []
-
-    def reset(self) -> PoolStep:
-        """Resets every env and returns all first observations (`view(g)` gives a group's)."""
-        if self._queue.pending:
-            raise RuntimeError(f"reset with groups still pending: {self._queue.pending}")
-        reset_envs(self.envs, range(self.num_envs), self.buffers)
-        return self.view()
-
-    def view(self, group: int | None = None) -> PoolStep:
-        """The current results of `group` (None: all envs), as views."""
-        return self.buffers.view(
-            slice(0, self.num_envs) if group is None else self._queue.rows(group)
-        )
-
-    def send(self, actions, group: int = 0) -> None:
-        """Records `group`'s actions [B]; the envs step in `recv`."""
-        rows = self._queue.rows(group)
-        self.buffers.action[rows] = self._queue.check_actions(actions, group)
-        self._queue.pending.append(group)
-
-    def recv(self, group: int = 0) -> PoolStep:
-        """Steps `group`'s envs one after another; returns views of the group's results."""
-        self._queue.pop(group)
-        rows = self._queue.rows(group)
-        indices = range(rows.start, rows.stop)
-        step_envs([self.envs[i] for i in indices], indices, self.buffers)
-        return self.buffers.view(rows)
-
-    def step(self, actions) -> PoolStep:
-        """Steps all envs (both groups) and waits; `actions` is [num_envs]."""
-        return _step_all(self, actions)
-
-    def close(self) -> None:
-        """Closes every env."""
-        for env in self.envs:
-            env.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def _step_all(pool, actions) -> PoolStep:
-    actions = np.asarray(actions)
-    if actions.shape != (pool.num_envs,):
-        raise ValueError(f"actions must have shape ({pool.num_envs},), got {actions.shape}")
-    for group in range(pool.num_groups):
-        pool.send(actions[pool._queue.rows(group)], group)
-    for group in range(pool.num_groups):
-        pool.recv(group)
-    return pool.buffers.view(slice(0, pool.num_envs))
 
 
 @contextlib.contextmanager
@@ -308,7 +182,7 @@ class EnvPool:
             raise ValueError(
                 f"num_workers and envs_per_worker must be positive, got {num_workers}, {envs_per_worker}"
             )
-        _check_sizes(num_workers * envs_per_worker, num_groups)
+        check_sizes(num_workers * envs_per_worker, num_groups)
         if max_restarts < 0 or restart_window <= 0:
             raise ValueError(
                 f"max_restarts must be >= 0 and restart_window > 0, got {max_restarts}, "
@@ -330,7 +204,7 @@ class EnvPool:
         probe = env_factory(self.seeds[0])
         self.spec = probe.spec
         probe.close()
-        self._queue = _GroupQueue(self.spec, self.num_envs, num_groups)
+        self._queue = GroupQueue(self.spec, self.num_envs, num_groups)
         self.num_groups, self.group_size = num_groups, self._queue.group_size
         self._indices = _layout(num_workers, envs_per_worker, num_groups, split_groups_by_worker)
         self._group_workers = [
@@ -591,7 +465,7 @@ class EnvPool:
 
     def step(self, actions) -> PoolStep:
         """Steps all envs (both groups) and waits; `actions` is [num_envs]."""
-        return _step_all(self, actions)
+        return step_all(self, actions)
 
     @property
     def pids(self) -> list[int]:
