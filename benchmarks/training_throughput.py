@@ -10,6 +10,7 @@ same run, before and after the variants; rows report agent steps/s and the ratio
 
 import argparse
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,7 +53,7 @@ def main():
             flush=True,
         )
     raws.append(raw_single_process_sps(AtariConfig(), 10.0))
-    limit = sorted(raws)[len(raws) // 2] * cpus if len(raws) % 2 else sum(raws) / 2 * cpus
+    limit = statistics.median(raws) * cpus
     print(f"limit: {limit:,.0f} steps/s ({cpus} cores; single process {raws})")
     for row in results:
         row["x_limit"] = row["sps"] / limit

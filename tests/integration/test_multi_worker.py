@@ -2,7 +2,6 @@
 
 import os
 import signal
-import subprocess
 import time
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests.integration.cluster import start_cluster
+from tfaccel.bench.memory import descendants
 
 
 def start_workers(root_dir, config, *bindings):
@@ -55,11 +55,7 @@ def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
     while not (tmp_path / "worker-1" / "metrics.csv").exists():  # both are training
         assert time.time() < deadline and workers[0].poll() is None, workers[0].stderr.read()
         time.sleep(0.5)
-    children = subprocess.run(["pgrep", "-P", str(workers[0].pid)], capture_output=True, text=True)
-    envs = children.stdout.split()  # the forkserver, and below it the env workers
-    for pid in list(envs):
-        grandchildren = subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True)
-        envs += grandchildren.stdout.split()
+    envs = descendants(workers[0].pid)  # the forkserver, and below it the env workers
     assert len(envs) >= 2
     workers[1].send_signal(signal.SIGKILL)
     workers[1].wait()

@@ -12,6 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from tfaccel.bench.memory import descendants
 from tfaccel.envs.pool import env_seeds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,16 +98,6 @@ def test_sigint_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at {stopped_at:,} frames" in resumed.stdout
     assert int(rows(tmp_path)[-1]["env_frames"]) >= stopped_at + 800
-
-
-def descendants(pid):
-    """Every process below `pid` (the forkserver and the env workers below it)."""
-    found, frontier = [], [str(pid)]
-    while frontier:
-        children = subprocess.run(["pgrep", "-P", frontier.pop()], capture_output=True, text=True)
-        found += children.stdout.split()
-        frontier += children.stdout.split()
-    return found
 
 
 def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_once(tmp_path):
