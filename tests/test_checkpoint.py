@@ -82,7 +82,7 @@ def test_a_failed_save_names_the_surviving_checkpoint(tmp_path, monkeypatch):
     assert restored.restore().endswith("ckpt-300") and variable.numpy() == 300.0
 
 
-def test_files_of_a_save_killed_midway_are_ignored_and_then_replaced(tmp_path):
+def test_files_of_a_save_killed_midway_are_removed_and_then_replaced(tmp_path):
     save_three(tmp_path)
     # A SIGKILL while TensorFlow wrote ckpt-400: its temp directory and data, no index, unlisted.
     (tmp_path / "ckpt-400_temp").mkdir()
@@ -91,6 +91,7 @@ def test_files_of_a_save_killed_midway_are_ignored_and_then_replaced(tmp_path):
     saver, variable = saver_at(tmp_path, -1)
     assert saver.restore().endswith("ckpt-300") and variable.numpy() == 300.0
     assert saver.skipped == []
+    assert sorted(name for name in os.listdir(tmp_path) if "400" in name) == []
     variable.assign(400.0)
     saver.save(400)  # the resumed run writes that checkpoint again, whole
     again, restored = saver_at(tmp_path, -1)

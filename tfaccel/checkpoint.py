@@ -71,6 +71,7 @@ class Checkpointer:
                 program (they match none of its objects).
         """
         self.skipped = []
+        _remove_unfinished(self.directory)
         # TensorFlow ignores a damaged or missing list file (it would start afresh over the
         # checkpoints): then the checkpoints are found by their index files.
         listed = list(self.manager.checkpoints) or _found(self.directory)
@@ -113,11 +114,7 @@ class Checkpointer:
         try:
             path = self.manager.save(checkpoint_number=number)
         except (tf.errors.OpError, OSError) as error:
-            for partial in glob.glob(os.path.join(self.directory, f"ckpt-{number}[._]*")):
-                if os.path.isdir(partial):  # TensorFlow's ckpt-<number>_temp
-                    shutil.rmtree(partial, ignore_errors=True)
-                else:
-                    os.remove(partial)
+            _remove(glob.glob(os.path.join(self.directory, f"ckpt-{number}[._]*")))
             previous = self.manager.latest_checkpoint
             kept = (
                 f"the previous checkpoint {os.path.basename(previous)} is intact: resume from it "
@@ -130,6 +127,28 @@ class Checkpointer:
                 f"({type(error).__name__}: {_first_line(error)}); {kept}"
             ) from error
         return os.path.basename(path)
+
+
+def _remove_unfinished(directory: str) -> None:
+    """Removes what a save killed midway left: TensorFlow's `ckpt-<n>_temp` folders and data
+    files whose index was never written."""
+    finished = {path[: -len(".index")] for path in glob.glob(os.path.join(directory, "*.index"))}
+    _remove(
+        glob.glob(os.path.join(directory, "ckpt-*_temp"))
+        + [
+            path
+            for path in glob.glob(os.path.join(directory, "ckpt-*.data-*"))
+            if path.split(".data-")[0] not in finished
+        ]
+    )
+
+
+def _remove(paths: list[str]) -> None:
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
 
 
 def _found(directory: str) -> list[str]:

@@ -122,14 +122,15 @@ def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_o
     assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
     assert set(os.listdir("/dev/shm")) <= shm_before
 
-    saved = max(int(name.split("-")[1].split(".")[0])
-                for name in os.listdir(tmp_path / "checkpoints") if name.startswith("ckpt-"))  # fmt: skip
+    saved = max(int(name[len("ckpt-"):-len(".index")])  # a save cut midway leaves no index
+                for name in os.listdir(tmp_path / "checkpoints") if name.endswith(".index"))  # fmt: skip
     assert 1200 <= saved <= logged
     resumed = train(tmp_path, *SMOKE, f"--gin_bindings=train.total_frames = {logged + 800}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at {saved:,} frames" in resumed.stdout  # lost: only the work since the checkpoint
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
     assert frames == sorted(set(frames)) and frames[-1] >= logged + 800  # each frame count once
+    assert not [name for name in os.listdir(tmp_path / "checkpoints") if "_temp" in name]
 
 
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_resumes(tmp_path):
