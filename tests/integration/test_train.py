@@ -133,6 +133,68 @@ def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_o
     assert not [name for name in os.listdir(tmp_path / "checkpoints") if "_temp" in name]
 
 
+# Runs bin/train with a SIGKILL planted in the second write of a checkpoint or of the replay:
+# TensorFlow's merge of the written shards into ckpt-<n> (its _temp folder is then on disk, its
+# index not), or the replay file, cut in half.
+KILLED_IN_SAVE = """
+import os, signal, sys
+import numpy as np
+from tensorflow.python.ops import gen_io_ops
+from tfaccel import train_command
+
+def second_call_killed(original, is_ours, cut):
+    calls = []
+    def wrapper(*args, **kwargs):
+        if is_ours(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                cut(original, *args, **kwargs)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+    return wrapper
+
+def half_written(original, path, **arrays):
+    original(path, **arrays)
+    os.truncate(path, os.path.getsize(path) // 2)
+
+if sys.argv[1] == "checkpoint":
+    ours = lambda *args, **kwargs: "/checkpoints/" in str(kwargs.get("destination_prefix", args[1:2]))
+    gen_io_ops.merge_v2_checkpoints = second_call_killed(
+        gen_io_ops.merge_v2_checkpoints, ours, lambda *args, **kwargs: None)
+else:
+    np.savez = second_call_killed(np.savez, lambda path, **arrays: True, half_written)
+sys.argv[1:2] = []
+train_command.run()
+"""
+
+
+@pytest.mark.parametrize("point", ["checkpoint", "replay"])
+def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
+    bindings = ["--gin_file=catch_dqn.gin",
+                "--gin_bindings=train_off_policy.checkpoint_replay = True",
+                "--gin_bindings=train_off_policy.checkpoint_interval_frames = 1600",
+                "--gin_bindings=train_off_policy.log_interval_frames = 500"]  # fmt: skip
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_IN_SAVE, point, f"--root_dir={tmp_path}", *bindings],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    left = os.listdir(tmp_path / "checkpoints")
+    assert "ckpt-3200.index" not in left and "ckpt-1600.index" in left
+    assert {"checkpoint": "ckpt-3200_temp", "replay": "replay-3200.npz.partial.npz"}[point] in left
+
+    resumed = train(tmp_path, *bindings, "--gin_bindings=train_off_policy.total_frames = 3600")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ckpt-1600 at 1,600 frames" in resumed.stdout and "replay restored" in resumed.stdout
+    frames = [int(row["env_frames"]) for row in rows(tmp_path)]
+    assert frames == sorted(set(frames)) and frames[-1] == 3600
+    # The resumed run wrote ckpt-3200 again, whole, and no leftover stays.
+    whole = [
+        f"ckpt-{n}.{part}" for n in (1600, 3200, 3600) for part in ("data-00000-of-00001", "index")
+    ]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint", *whole, "replay-3600.npz"]
+
+
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_resumes(tmp_path):
     first = train(tmp_path, *SMOKE, "--gin_bindings=train.total_frames = 1000")
     assert first.returncode == 0, first.stderr[-3000:]
