@@ -1,65 +1,74 @@
 #!/usr/bin/env python3
-"""End-to-end A2C training throughput on Pong for the layouts and settings of the README table.
+"""End-to-end training throughput on Pong: the A2C layouts and settings of the README table, or
+K = 1 and 2 asynchronous learners (a3c.gin) against one synchronous learner on the same envs.
 
     .venv/bin/python benchmarks/training_throughput.py --json=benchmarks/results/training_throughput.json
+    .venv/bin/python benchmarks/training_throughput.py --suite=async --seconds=40 \
+        --json=benchmarks/results/async_throughput.json
 
-Each variant runs bin/train with a2c.gin for 12 s of warm-up plus 20 s, in a fresh process. The
-limit (one process stepping one Pong env with random actions, times the cores) is measured in the
-same run, before and after the variants; rows report agent steps/s and the ratio to its median.
+Each variant runs bin/train for a warm-up (12 s; 25 s for the asynchronous suite, whose learners
+start one after the other) plus `--seconds`, in a fresh process; agent steps/s count every
+learner's envs. The limit (one process stepping one Pong env with random actions, times the
+cores) is measured in the same run, before and after the variants; rows report agent steps/s and
+the ratio to its median. In the asynchronous suite each learner of a3c.gin has its own 32 envs
+(2 workers x 16), and the synchronous rows step as many envs in one learner, with a3c.gin's
+optimizer.
 """
 
 import argparse
+import functools
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfaccel.bench.end_to_end import training_sps  # noqa: E402
-from tfaccel.bench.results import write_json  # noqa: E402
-from tfaccel.bench.sampler import raw_single_process_sps  # noqa: E402
-from tfaccel.envs.atari import AtariConfig  # noqa: E402
+from tfaccel.bench.end_to_end import against_limit, training_sps  # noqa: E402
 
-VARIANTS = {
-    "64 envs (4 x 16, two groups), nice 19 (a2c.gin)": (4, 16, ()),
-    "64 envs (4 x 16, two groups), nice 5": (4, 16, ("train.worker_niceness = 5",)),
-    "32 envs (2 x 16, one group)": (2, 16, ("train.num_groups = 1",)),
-    "32 envs (2 x 16, two groups)": (2, 16, ()),
-    "64 envs (4 x 16), tf_threads 1": (4, 16, ("train.tf_threads = 1",)),
-    "64 envs (4 x 16, two groups), nice 19, mixed_bfloat16": (
-        4,
-        16,
-        ("set_precision.policy = 'mixed_bfloat16'",),
-    ),
+ADAM = ("train.make_optimizer = @make_adam", "train.learning_rate = 3e-4")
+SUITES = {  # suite: {name: (config, workers, envs per worker, bindings)}
+    "a2c": {
+        "64 envs (4 x 16, two groups), nice 19 (a2c.gin)": ("a2c.gin", 4, 16, ()),
+        "64 envs (4 x 16, two groups), nice 5": ("a2c.gin", 4, 16, ("train.worker_niceness = 5",)),
+        "32 envs (2 x 16, one group)": ("a2c.gin", 2, 16, ("train.num_groups = 1",)),
+        "32 envs (2 x 16, two groups)": ("a2c.gin", 2, 16, ()),
+        "64 envs (4 x 16), tf_threads 1": ("a2c.gin", 4, 16, ("train.tf_threads = 1",)),
+        "64 envs (4 x 16, two groups), nice 19, mixed_bfloat16": (
+            "a2c.gin",
+            4,
+            16,
+            ("set_precision.policy = 'mixed_bfloat16'",),
+        ),  # fmt: skip
+    },
+    "async": {
+        "A2C, 1 synchronous learner, 32 envs": ("a2c.gin", 2, 16, ADAM),
+        "A3C, K = 1 learner, 32 envs": ("a3c.gin", 2, 16, ("train_async.learners = 1",)),
+        "A2C, 1 synchronous learner, 64 envs": ("a2c.gin", 4, 16, ADAM),
+        "A3C, K = 2 learners, 2 x 32 envs": ("a3c.gin", 2, 16, ("train_async.learners = 2",)),
+    },
 }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="a2c")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    cpus = len(os.sched_getaffinity(0))
-    raws = [raw_single_process_sps(AtariConfig(), 10.0)]
-    results = []
-    for name, (workers, per_worker, bindings) in VARIANTS.items():
-        row = training_sps(
-            "pong", workers, per_worker, args.seconds, warmup=12, extra_bindings=bindings
-        )
-        results.append(dict(row, variant=name))
-        print(
-            f"{name:50s} {row['sps']:7.0f} steps/s  env {row['env_fraction']:.0%} "
-            f"inference {row['inference_fraction']:.0%} learning {row['learn_fraction']:.0%}",
-            flush=True,
-        )
-    raws.append(raw_single_process_sps(AtariConfig(), 10.0))
-    limit = statistics.median(raws) * cpus
-    print(f"limit: {limit:,.0f} steps/s ({cpus} cores; single process {raws})")
-    for row in results:
-        row["x_limit"] = row["sps"] / limit
-        print(f"{row['variant']:50s} {row['x_limit']:.3f} x limit")
-    if args.json:
-        write_json(args.json, {"limit_sps": limit, "raw_single_process": raws, "results": results})
+    warmup = 25.0 if args.suite == "async" else 12.0
+    variants = {
+        name: functools.partial(
+            training_sps,
+            "pong",
+            workers,
+            per_worker,
+            args.seconds,
+            config=config,
+            warmup=warmup,
+            extra_bindings=bindings,
+        )  # fmt: skip
+        for name, (config, workers, per_worker, bindings) in SUITES[args.suite].items()
+    }
+    against_limit(variants, args.json)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def replicas_agree(agent):
 # A2C: three updates on rollouts of 4 envs; clipping (max_grad_norm 0.05) is active.
 config = a2c.A2CConfig(max_grad_norm=0.05)
 agents = [learner.Learner(lambda: TinyNetwork(3, observation_shape=(4, 4, 2), seed=0),
-                          lambda n, b: a2c.loss(n, b, config), lambda: keras.optimizers.Adam(1e-2),
+                          lambda n, b: a2c.loss(n, b, config), lambda: learner.make_adam(1e-2),
                           max_grad_norm=config.max_grad_norm, strategy=strategy,
                           batch_axes=Rollout.env_axes())
           for strategy in (tf.distribute.get_strategy(), mirrored)]
@@ -115,7 +115,7 @@ for strategy in (tf.distribute.get_strategy(), mirrored):
         net.head.kernel.assign(np.random.default_rng(0).normal(0, 0.1, net.head.kernel.shape))
         return net
     agent = learner.Learner(make, lambda n, b: dqn.loss(n, agent_target(n), b, q_config),
-                            lambda: keras.optimizers.Adam(1e-2), strategy=strategy,
+                            lambda: learner.make_adam(1e-2), strategy=strategy,
                             target_network=True)
     q_agents.append(agent)
 targets = {id(a.network): a.target for a in q_agents}

@@ -158,3 +158,36 @@ def test_ppo_counts_the_skipped_steps_of_its_minibatches():
     )
     assert agent.train(random_rollout(seed=5, steps=4, envs=4))["skipped_updates"] == 4.0
     assert int(agent.optimizer.iterations) == 0 and agent.last_fault == "the loss"
+
+
+def test_fused_adam_follows_keras_adam_and_resumes_from_its_checkpoints(tmp_path):
+    shapes = [(5, 7), (7,), (3, 3, 4, 2)]
+    start = [
+        np.random.default_rng(i).normal(size=s).astype(np.float32) for i, s in enumerate(shapes)
+    ]
+
+    def trained(optimizer, variables, steps):
+        for _ in range(steps):  # the gradient of sum(v^4 / 4 - v / 2)
+            optimizer.apply_gradients([(v**3 - 0.5, v) for v in variables])
+        return [v.numpy() for v in variables]
+
+    for rate in (1e-2, learner.linear_decay(1e-2, 100)):
+        reference = trained(
+            keras.optimizers.Adam(rate, epsilon=1e-5), list(map(tf.Variable, start)), 100
+        )
+        fused = trained(learner.FusedAdam(rate, epsilon=1e-5), list(map(tf.Variable, start)), 100)
+        for before, one, two in zip(start, reference, fused, strict=True):
+            assert np.abs(one - before).max() > 0.1  # they moved
+            np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
+
+    # A run saved with Keras's Adam (tfaccel before FusedAdam) resumes with FusedAdam exactly.
+    variables, adam = list(map(tf.Variable, start)), keras.optimizers.Adam(1e-2, epsilon=1e-5)
+    trained(adam, variables, 50)
+    path = tf.train.Checkpoint(optimizer=adam, variables=variables).save(str(tmp_path / "ckpt"))
+    reference = trained(adam, variables, 50)
+    resumed, fused = list(map(tf.Variable, start)), learner.FusedAdam(1e-2, epsilon=1e-5)
+    fused.build(resumed)
+    tf.train.Checkpoint(optimizer=fused, variables=resumed).restore(path).assert_consumed()
+    assert int(fused.iterations) == 50
+    for one, two in zip(reference, trained(fused, resumed, 50), strict=True):
+        np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,3 +75,34 @@ def training_sps(
         "config": config,
         **{column: float(last[column]) for column in extra_columns},
     }
+
+
+def against_limit(variants: dict, json_path: str | None = None) -> list[dict]:
+    """Runs `variants` (name -> a call returning a `training_sps` row) between two measures of
+    the limit (one process stepping one Pong env with random actions, times the cores), prints
+    each row and its ratio to the limit's median, writes them to `json_path`, returns them."""
+    from tfaccel.bench.results import write_json
+    from tfaccel.bench.sampler import raw_single_process_sps
+    from tfaccel.envs.atari import AtariConfig
+
+    cpus = len(os.sched_getaffinity(0))
+    raws = [raw_single_process_sps(AtariConfig(), 10.0)]
+    width = max(map(len, variants))
+    results = []
+    for name, measure in variants.items():
+        row = dict(measure(), variant=name)
+        results.append(row)
+        print(
+            f"{name:{width}s} {row['sps']:7.0f} steps/s  env {row['env_fraction']:.0%} "
+            f"inference {row['inference_fraction']:.0%} learning {row['learn_fraction']:.0%}",
+            flush=True,
+        )
+    raws.append(raw_single_process_sps(AtariConfig(), 10.0))
+    limit = statistics.median(raws) * cpus
+    print(f"limit: {limit:,.0f} steps/s ({cpus} cores; single process {raws})")
+    for row in results:
+        row["x_limit"] = row["sps"] / limit
+        print(f"{row['variant']:{width}s} {row['x_limit']:.3f} x limit")
+    if json_path:
+        write_json(json_path, {"limit_sps": limit, "raw_single_process": raws, "results": results})
+    return results
