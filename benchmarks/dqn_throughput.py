@@ -26,6 +26,10 @@ VARIANTS = {
         "categorical_dqn.gin",
         ("train_off_policy.prefetch = False",),
     ),
+    "categorical_dqn.gin, batch 32, mixed_bfloat16": (
+        "categorical_dqn.gin",
+        ("set_precision.policy = 'mixed_bfloat16'",),
+    ),
     "categorical_dqn_b256.gin, batch 256, prefetch thread": ("categorical_dqn_b256.gin", ()),
     "rainbow.gin (prioritized, 3-step), prefetch thread": ("rainbow.gin", ()),
 }
