@@ -268,10 +268,12 @@ def test_priority_floor():
 # ----------------------------------------------------------------------------- state
 
 
-@pytest.mark.parametrize("prioritized", [False, True])
-def test_state_dict_round_trip(prioritized):
+@pytest.mark.parametrize("prioritized, steps", [(False, 30), (True, 30), (True, 8)])
+def test_state_dict_round_trip(prioritized, steps):
     buffer = ReplayBuffer(B, 12 * B, (4, 3), n_step=3, prioritized=prioritized, seed=1)
-    drive(buffer, 30, seed=0)
+    drive(buffer, steps, seed=0)
+    # The ring's rows are saved as far as they were written: 8 of 12, or all once wrapped.
+    assert buffer.state_dict()["frames"].shape == (min(steps, 12), B, 4, 3)
     first = buffer.sample(16)
     buffer.update_priorities(first.index, np.arange(16.0))
     file = io.BytesIO()
@@ -280,6 +282,7 @@ def test_state_dict_round_trip(prioritized):
     with np.load(file, allow_pickle=False) as saved:
         state = dict(saved)
     restored = ReplayBuffer(B, 12 * B, (4, 3), n_step=3, prioritized=prioritized, seed=99)
+    drive(restored, 20, seed=5)  # what it held is replaced entirely
     restored.load_state_dict(state)
     for name, value in buffer.state_dict().items():
         np.testing.assert_array_equal(restored.state_dict()[name], value, err_msg=name)
@@ -288,6 +291,15 @@ def test_state_dict_round_trip(prioritized):
         a, b = buffer.sample(32, beta=0.6), restored.sample(32, beta=0.6)
         for name, x, y in zip(a._fields, a, b, strict=True):
             np.testing.assert_array_equal(x, y, err_msg=name)
+    # Files written before (every row of the ring, used or not) still load.
+    whole = dict(state, **{name: getattr(buffer, "_" + name) for name in ReplayBuffer._BY_STEP})
+    del whole["time"]
+    again = ReplayBuffer(B, 12 * B, (4, 3), n_step=3, prioritized=prioritized, seed=99)
+    again.load_state_dict(whole)
+    assert len(again) == len(buffer)
+    other = ReplayBuffer(B, 16 * B, (4, 3), n_step=3, prioritized=prioritized)
+    with pytest.raises(ValueError, match=r"keeps 12 steps of 3 envs .* this one keeps 16 steps"):
+        other.load_state_dict(state)
 
 
 # ----------------------------------------------------------------------------- Prefetcher

@@ -413,15 +413,25 @@ class ReplayBuffer:
         if keep.any():
             self._max_priority = max(self._max_priority, float(value[keep].max()))
 
-    _ARRAYS = ("frames", "action", "reward", "end", "start", "stack_ok", "final_id")
-    _ARRAYS += ("final_frames", "final_step", "valid")
+    # Arrays with a row per ring slot, filled from slot 0 on (saved up to the last one written),
+    # with their initial value, then the others.
+    _BY_STEP = {"frames": 0, "action": 0, "reward": 0, "end": 0, "start": 0, "stack_ok": False}
+    _BY_STEP |= {"final_id": -1, "valid": False}
+    _ARRAYS = ("final_frames", "final_step")
     _SCALARS = ("count", "finals", "num_valid", "max_priority")
 
     @_locked
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to continue, as numpy arrays (save with `np.savez`)."""
-        state = {name: getattr(self, "_" + name).copy() for name in self._ARRAYS}
+        """Everything needed to continue, as numpy arrays (save with `np.savez`).
+
+        The rows of the ring are views, not copies (at 1M transitions they are 8.3 GB), and only
+        the rows written so far: save them before the next `add`.
+        """
+        rows = min(self._count, self.time)
+        state = {name: getattr(self, "_" + name)[:rows] for name in self._BY_STEP}
+        state.update({name: getattr(self, "_" + name).copy() for name in self._ARRAYS})
         state.update({name: np.asarray(getattr(self, "_" + name)) for name in self._SCALARS})
+        state["time"] = np.asarray(self.time)
         state["tree"] = self._tree.nodes.copy()
         rng = self._rng.bit_generator.state
         words = [rng["state"]["state"], rng["state"]["inc"]]
@@ -431,7 +441,30 @@ class ReplayBuffer:
 
     @_locked
     def load_state_dict(self, state) -> None:
-        """Restores `state_dict()`; the next `add` starts a new stream (see the module doc)."""
+        """Restores `state_dict()`; the next `add` starts a new stream (see the module doc).
+
+        Raises:
+            ValueError: the state belongs to a buffer of other sizes.
+        """
+        sizes = (int(state["time"]), *state["frames"].shape[1:]) if "time" in state else None
+        if sizes not in (None, (self.time, self.num_envs, *self.frame_shape)):
+            raise ValueError(
+                f"the saved replay keeps {sizes[0]} steps of {sizes[1]} envs of {sizes[2:]} "
+                f"frames; this one keeps {self.time} steps of {self.num_envs} envs of "
+                f"{self.frame_shape} frames (capacity {self.time * self.num_envs:,})"
+            )
+        rows = min(int(state["count"]), self.time)
+        for name, initial in self._BY_STEP.items():
+            target, saved = getattr(self, "_" + name), state[name]
+            if saved.shape == target.shape:  # saved whole, as tfaccel did before
+                saved = saved[:rows]
+            if saved.shape != (rows, *target.shape[1:]):
+                raise ValueError(
+                    f"{name}: shape {saved.shape}, expected {(rows, *target.shape[1:])} "
+                    f"(capacity {self.time * self.num_envs:,})"
+                )
+            target[:rows] = saved
+            target[rows:] = initial
         for name in self._ARRAYS:
             target = getattr(self, "_" + name)
             if target.shape != state[name].shape:
