@@ -174,11 +174,21 @@ def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
                 "--gin_bindings=train_off_policy.checkpoint_replay = True",
                 "--gin_bindings=train_off_policy.checkpoint_interval_frames = 1600",
                 "--gin_bindings=train_off_policy.log_interval_frames = 500"]  # fmt: skip
-    killed = subprocess.run(
+    shm_before = set(os.listdir("/dev/shm"))
+    killed = subprocess.Popen(
         [sys.executable, "-c", KILLED_IN_SAVE, point, f"--root_dir={tmp_path}", *bindings],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    workers, deadline = set(), time.monotonic() + 300
+    while killed.poll() is None and time.monotonic() < deadline:
+        workers |= set(descendants(killed.pid))
+        time.sleep(0.1)
+    assert killed.wait(timeout=1) == -signal.SIGKILL, killed.stderr.read()[-3000:]
+    deadline = time.monotonic() + 15  # the workers exit once the trainer is gone
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers and not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+    assert set(os.listdir("/dev/shm")) <= shm_before
     left = os.listdir(tmp_path / "checkpoints")
     assert "ckpt-3200.index" not in left and "ckpt-1600.index" in left
     assert {"checkpoint": "ckpt-3200_temp", "replay": "replay-3200.npz.partial.npz"}[point] in left
