@@ -9,7 +9,8 @@ Adam, gradient clipping; `dqn.loss` with its target network) on random batches, 
 counted from the layer shapes: the online network's forward pass, its backward pass (twice the
 forward, less the first convolution's input gradient, which nothing needs) and the target
 network's forward pass. The ceiling is a large matrix product in the same dtype on all cores,
-timed in the same run: `x peak` is the share of it the update reaches.
+timed in the same run: `x peak` is the share of it the update reaches. First, the optimizer step
+alone: Keras's Adam against `learner.FusedAdam` on the same 2M parameters.
 """
 
 import argparse
@@ -70,7 +71,17 @@ def forward_flops(network: keras.Model) -> tuple[float, float]:
     return total, first_input_gradient
 
 
-def update_seconds(batch_size: int, seconds: float) -> float:
+def adam_seconds(optimizer: keras.Optimizer, seconds: float) -> float:
+    """Seconds per `apply_gradients` of `optimizer` on the C51 network's 2M parameters."""
+    network = networks.QNetwork(SPEC, num_atoms=51)
+    variables = network.trainable_variables
+    optimizer.build(variables)
+    gradients = [tf.random.normal(v.shape, stddev=1e-3) for v in variables]
+    apply = tf.function(lambda: optimizer.apply_gradients(zip(gradients, variables, strict=True)))
+    return timed(apply, seconds)
+
+
+def update_seconds(batch_size: int, seconds: float) -> tuple[float, keras.Model]:
     config = dqn.DQNConfig(num_atoms=51)
 
     def make_network():
@@ -98,6 +109,15 @@ def main():
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    adam = {
+        name: adam_seconds(make(2.5e-4, epsilon=3e-4), args.seconds / 3) * 1e3
+        for name, make in (("keras", keras.optimizers.Adam), ("fused", learner.FusedAdam))
+    }
+    print(
+        f"Adam on 2M parameters: Keras {adam['keras']:.2f} ms, FusedAdam {adam['fused']:.2f} ms "
+        f"({adam['keras'] / adam['fused']:.1f}x)",
+        flush=True,
+    )
     results = []
     for policy, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
         networks.set_precision(policy)
@@ -125,7 +145,10 @@ def main():
             )
     networks.set_precision("float32")
     if args.json:
-        write_json(args.json, {"results": results, "threads": len(os.sched_getaffinity(0))})
+        write_json(
+            args.json,
+            {"results": results, "adam_ms": adam, "threads": len(os.sched_getaffinity(0))},
+        )
 
 
 if __name__ == "__main__":

@@ -169,7 +169,7 @@ def loss(
     out_tm1 = online(o_tm1)  # [N, A] or [N, A, N_atoms]
     out_t = tf.stop_gradient(target(o_t))  # [N, A] or [N, A, N_atoms]
     # Double: the online network's own call on o_t, outside the gradient (one call on o_tm1 and
-    # o_t together runs the backward pass over both halves: measured 1.18x slower for rainbow.gin).
+    # o_t together would run the backward pass over both halves, for nothing).
     selector = tf.stop_gradient(online(o_t)) if config.double else out_t
     a_t = tf.argmax(q_values(selector, atoms), axis=-1, output_type=tf.int32)  # [N]
 
