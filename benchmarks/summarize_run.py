@@ -2,7 +2,7 @@
 """A training run's learning curve and figures, from its metrics.csv, as JSON and PNG.
 
     .venv/bin/python benchmarks/summarize_run.py --run_dir=/work/runs/a2c_pong --name=a2c_pong \
-        --target=18
+        --target=18 --train_command="benchmarks/pong.sh a2c.gin"
 
 Writes benchmarks/results/<name>.json (the final and best score as the mean of the last 20 full
 games, frames and wall time to reach the target, steps/s and its env/inference/learning split)
@@ -29,6 +29,9 @@ def main():
     parser.add_argument("--run_dir", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--target", type=float, default=18.0)
+    parser.add_argument(
+        "--train_command", default=None, help="the command that made the run, kept in the JSON"
+    )
     args = parser.parse_args()
     path = os.path.join(args.run_dir, "metrics.csv")
     if not os.path.exists(path):
@@ -56,6 +59,8 @@ def main():
         },
         "command": " ".join(sys.argv),
     }
+    if args.train_command:
+        summary["train_command"] = args.train_command
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, f"{args.name}.json"), "w") as handle:
         json.dump(summary, handle, indent=2)

@@ -333,7 +333,11 @@ def test_learns_catch_in_seconds(tmp_path, args):
 
 @pytest.mark.parametrize(
     "config, columns",
-    [("ppo.gin", {"approx_kl", "clip_fraction"}), ("a2c_256.gin", {"policy_loss", "entropy"})],
+    [
+        ("ppo.gin", {"approx_kl", "clip_fraction"}),
+        ("a2c_256.gin", {"policy_loss", "entropy"}),
+        ("a2c_bf16.gin", {"policy_loss", "entropy"}),
+    ],
 )
 def test_every_config_runs_with_smoke(tmp_path, config, columns):
     bindings = ["--gin_bindings=train.horizon = 16"] if config == "ppo.gin" else []
@@ -343,6 +347,13 @@ def test_every_config_runs_with_smoke(tmp_path, config, columns):
     assert int(table[-1]["env_frames"]) >= 2000
     assert columns <= set(table[-1])
     assert (tmp_path / "policy" / "saved_model.pb").exists()
+    if config == "a2c_bf16.gin":  # its rate is constant, and its torso computes in bfloat16
+        assert [float(row["learning_rate"]) for row in table] == pytest.approx([7e-4] * len(table))
+        assert (
+            "set_precision.policy = 'mixed_bfloat16'"
+            in (tmp_path / "operative_config.gin").read_text()
+        )
+        return
     # The learning rate falls linearly with the frames done, however many SGD steps an update
     # takes (PPO: epochs x minibatches); one rollout of frames may still be ahead of the row.
     initial = {"ppo.gin": 2.5e-4, "a2c_256.gin": 1.4e-3}[config]
