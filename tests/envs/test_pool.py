@@ -250,6 +250,7 @@ def test_a_killed_worker_is_replaced_and_its_cut_episodes_are_marked():
 @pytest.mark.parametrize(
     "fault, message",
     [("raise_at_step", "raised RuntimeError: scripted fault"), ("hang_at_step", "hung?")],
+    ids=["raise", "hang"],
 )
 def test_a_raising_or_hung_env_is_replaced_by_fresh_envs(fault, message):
     seeds = env_seeds(0, 4)
