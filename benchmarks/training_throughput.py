@@ -10,10 +10,10 @@ K = 1 and 2 asynchronous learners (a3c.gin) against one synchronous learner on t
 Each variant runs bin/train for a warm-up (12 s; 25 s for the asynchronous suite, whose learners
 start one after the other) plus `--seconds`, in a fresh process; agent steps/s count every
 learner's envs. The limit (one process stepping one Pong env with random actions, times the
-cores) is measured in the same run, before the variants and after each round of them; rows report
-agent steps/s and the ratio to the limit, the median over the rounds, and the range. In the asynchronous suite each learner of a3c.gin has its own 32 envs
-(2 workers x 16), and the synchronous rows step as many envs in one learner, with a3c.gin's
-optimizer.
+cores) is measured in the same run, before the variants and after each round of them; rows
+report agent steps/s and the ratio to the limit, the median over the rounds, and the range. In
+the asynchronous suite each learner of a3c.gin has its own 32 envs (2 workers x 16), and the
+synchronous rows step as many envs in one learner, with a3c.gin's optimizer.
 """
 
 import argparse

@@ -114,17 +114,18 @@ def against_limit(variants: dict, json_path: str | None = None, rounds: int = 1)
                 statistics.median(raws[row["round"] : row["round"] + 2]) * cpus
             )
         ratios = [row["x_limit"] for row in rows]
-        middle = sorted(rows, key=lambda row: row["x_limit"])[(len(rows) - 1) // 2]
         result = dict(
-            middle, x_limit=statistics.median(ratios), sps=statistics.median(r["sps"] for r in rows)
+            sorted(rows, key=lambda row: row["x_limit"])[(len(rows) - 1) // 2],  # its time split
+            x_limit=statistics.median(ratios),
+            sps=statistics.median(row["sps"] for row in rows),
+            x_limit_range=[min(ratios), max(ratios)],
+            sps_runs=[row["sps"] for row in rows],
         )
-        if rounds > 1:
-            result.update(
-                x_limit_range=[min(ratios), max(ratios)], sps_runs=[r["sps"] for r in rows]
-            )
         results.append(result)
-        spread = f"  (rounds {min(ratios):.3f}-{max(ratios):.3f})" if rounds > 1 else ""
-        print(f"{name:{width}s} {result['x_limit']:.3f} x limit{spread}")
+        print(
+            f"{name:{width}s} {result['x_limit']:.3f} x limit  "
+            f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
+        )
     if json_path:
         write_json(
             json_path,
