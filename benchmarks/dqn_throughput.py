@@ -2,6 +2,7 @@
 """Q-value training throughput on Pong and how long the learner waits for replay batches.
 
     .venv/bin/python benchmarks/dqn_throughput.py --json=benchmarks/results/dqn_throughput.json
+    .venv/bin/python benchmarks/dqn_throughput.py --only=bfloat16   # the variants named so
 
 Each variant runs bin/train with categorical_dqn.gin (16 envs, batch 32, 8 gradient samples per
 agent step) in a fresh process: 2,000 agent steps of warm-up fill the replay, then the learner
@@ -31,6 +32,10 @@ VARIANTS = {
         ("set_precision.policy = 'mixed_bfloat16'",),
     ),
     "categorical_dqn_b256.gin, batch 256, prefetch thread": ("categorical_dqn_b256.gin", ()),
+    "categorical_dqn_b256.gin, batch 256, mixed_bfloat16": (
+        "categorical_dqn_b256.gin",
+        ("set_precision.policy = 'mixed_bfloat16'",),
+    ),
     "rainbow.gin (prioritized, 3-step), prefetch thread": ("rainbow.gin", ()),
 }
 
@@ -39,9 +44,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--only", default="", help="run only the variants whose name contains this text"
+    )
     args = parser.parse_args()
+    chosen = {name: variant for name, variant in VARIANTS.items() if args.only in name}
+    if not chosen:
+        sys.exit(f"error: no variant contains {args.only!r}; the variants: {'; '.join(VARIANTS)}")
     results = []
-    for name, (config, bindings) in VARIANTS.items():
+    for name, (config, bindings) in chosen.items():
         row = training_sps(
             "pong", 2, 8, args.seconds, config=config, warmup=25.0,
             extra_bindings=COMMON + bindings, trainer="train_off_policy",
@@ -57,9 +68,7 @@ def main():
     if args.json:
         results_file.write_json(
             args.json,
-            {
-                "results": results,
-            },
+            {"results": results},
         )
 
 
