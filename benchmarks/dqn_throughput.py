@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tfaccel.bench import results as results_file  # noqa: E402
-from tfaccel.bench.end_to_end import training_sps  # noqa: E402
+from tfaccel.bench.end_to_end import select, training_sps  # noqa: E402
 
 COMMON = ("train_off_policy.min_replay_steps = 2_000", "train_off_policy.replay_capacity = 200_000")
 VARIANTS = {
@@ -48,11 +48,8 @@ def main():
         "--only", default="", help="run only the variants whose name contains this text"
     )
     args = parser.parse_args()
-    chosen = {name: variant for name, variant in VARIANTS.items() if args.only in name}
-    if not chosen:
-        sys.exit(f"error: no variant contains {args.only!r}; the variants: {'; '.join(VARIANTS)}")
     results = []
-    for name, (config, bindings) in chosen.items():
+    for name, (config, bindings) in select(VARIANTS, args.only).items():
         row = training_sps(
             "pong", 2, 8, args.seconds, config=config, warmup=25.0,
             extra_bindings=COMMON + bindings, trainer="train_off_policy",

@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfaccel.bench.end_to_end import against_limit, training_sps  # noqa: E402
+from tfaccel.bench.end_to_end import against_limit, select, training_sps  # noqa: E402
 
 ADAM = ("train.make_optimizer = @make_adam", "train.learning_rate = 3e-4")
 SUITES = {  # suite: {name: (config, workers, envs per worker, bindings)}
@@ -70,11 +70,10 @@ def main():
             warmup=warmup,
             extra_bindings=bindings,
         )  # fmt: skip
-        for name, (config, workers, per_worker, bindings) in SUITES[args.suite].items()
-        if args.only in name
+        for name, (config, workers, per_worker, bindings) in select(
+            SUITES[args.suite], args.only
+        ).items()
     }
-    if not variants:
-        sys.exit(f"error: no variant of suite {args.suite} contains {args.only!r}")
     against_limit(variants, args.json, rounds=args.rounds)
 
 

@@ -17,6 +17,15 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def select(variants: dict, only: str) -> dict:
+    """The variants whose name contains `only` (a benchmark's `--only`); exits naming the
+    variants when none does."""
+    chosen = {name: variant for name, variant in variants.items() if only in name}
+    if not chosen:
+        sys.exit(f"error: no variant contains {only!r}; the variants: {'; '.join(variants)}")
+    return chosen
+
+
 def training_sps(
     game: str,
     workers: int,
