@@ -5,8 +5,10 @@
         --target=18 --train_command="benchmarks/pong.sh a2c.gin"
 
 Writes benchmarks/results/<name>.json (the final and best score as the mean of the last 20 full
-games, frames and wall time to reach the target, steps/s and its env/inference/learning split)
-and benchmarks/results/<name>.png (raw score against frames and against wall time).
+games, frames and wall time to reach the target, steps/s and its env/inference/learning split,
+and the curve itself, so runs can be compared after their run directories are gone:
+benchmarks/frames_ratio.py) and benchmarks/results/<name>.png (raw score against frames and
+against wall time).
 """
 
 import argparse
@@ -20,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tfaccel import plot  # noqa: E402
+from tfaccel.bench import results as results_file  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
@@ -57,16 +60,19 @@ def main():
         "time_split_last_interval": {
             part: float(last[f"{part}_fraction"]) for part in ("env", "inference", "learn")
         },
-        "command": " ".join(sys.argv),
+        "curve": {
+            "env_frames": frames,
+            "wall_s": wall,
+            "score": [None if math.isnan(s) else s for s in score],  # no finished game yet: None
+        },
     }
     if args.train_command:
         summary["train_command"] = args.train_command
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, f"{args.name}.json"), "w") as handle:
-        json.dump(summary, handle, indent=2)
+    results_file.write_json(os.path.join(RESULTS, f"{args.name}.json"), summary)
     # The curve is bin/plot's (tfaccel.plot), as for every curve in benchmarks/.
     plot.plot([args.run_dir], os.path.join(RESULTS, f"{args.name}.png"), args.name, args.target)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""How many frames a run needs to reach a reference run's score, as a ratio (issue 4's large batch).
+
+    .venv/bin/python benchmarks/frames_ratio.py --run=c51_b256_pong --reference=c51_pong \
+        --max_ratio=1.25
+
+Both names are summaries written by benchmarks/summarize_run.py (benchmarks/results/<name>.json,
+which keep their curves). The score to reach is the reference's final score (the mean of its last
+20 full games when it ended) unless --score is given; for each run, the frames are those of the
+first log row whose score is at least that. Writes benchmarks/results/<run>_vs_<reference>.json.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tfaccel.bench import results as results_file  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+
+def load(name: str) -> dict:
+    path = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(path):
+        sys.exit(f"error: no {path}: summarize the run first (benchmarks/summarize_run.py)")
+    with open(path) as handle:
+        summary = json.load(handle)
+    if "curve" not in summary:
+        sys.exit(f"error: {path} has no curve: summarize it again with benchmarks/summarize_run.py")
+    return summary
+
+
+def frames_to_reach(curve: dict, score: float) -> int | None:
+    """The env frames of the first row whose score is at least `score`, or None.
+
+    >>> frames_to_reach({"env_frames": [1, 2, 3], "score": [None, 5.0, 7.0]}, 6.0)
+    3
+    """
+    for frames, value in zip(curve["env_frames"], curve["score"], strict=True):
+        if value is not None and value >= score:
+            return frames
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="summary name of the run to judge")
+    parser.add_argument("--reference", required=True, help="summary name of the reference run")
+    parser.add_argument("--score", type=float, default=None, help="default: reference's final")
+    parser.add_argument("--max_ratio", type=float, default=1.25)
+    args = parser.parse_args()
+    run, reference = load(args.run), load(args.reference)
+    score = reference["final_score"] if args.score is None else args.score
+    reference_frames = frames_to_reach(reference["curve"], score)
+    run_frames = frames_to_reach(run["curve"], score)
+    ratio = run_frames / reference_frames if run_frames and reference_frames else None
+    document = {
+        "run": args.run,
+        "reference": args.reference,
+        "score": score,
+        "reference_frames": reference_frames,
+        "run_frames": run_frames,
+        "run_frames_seen": run["env_frames"],
+        "ratio": ratio,
+        "max_ratio": args.max_ratio,
+        "met": ratio is not None and ratio <= args.max_ratio,
+    }
+    results_file.write_json(os.path.join(RESULTS, f"{args.run}_vs_{args.reference}.json"), document)
+    print(json.dumps(document, indent=2))
+
+
+if __name__ == "__main__":
+    main()
