@@ -40,10 +40,8 @@ def frames_to_reach(curve: dict, score: float) -> int | None:
     >>> frames_to_reach({"env_frames": [1, 2, 3], "score": [None, 5.0, 7.0]}, 6.0)
     3
     """
-    for frames, value in zip(curve["env_frames"], curve["score"], strict=True):
-        if value is not None and value >= score:
-            return frames
-    return None
+    index = results_file.first_at_least(curve["score"], score)
+    return None if index is None else curve["env_frames"][index]
 
 
 def main():

@@ -44,7 +44,7 @@ def main():
     frames = [int(row["env_frames"]) for row in rows]
     wall = [float(row["wall_s"]) for row in rows]
     score = [float(row["episode_return_raw_mean"]) for row in rows]
-    reached = [i for i, s in enumerate(score) if not math.isnan(s) and s >= args.target]
+    reached = results_file.first_at_least(score, args.target)
     last = rows[-1]
     summary = {
         "name": args.name,
@@ -54,8 +54,8 @@ def main():
         "final_score": score[-1],
         "best_score": max((s for s in score if not math.isnan(s)), default=float("nan")),
         "target": args.target,
-        "frames_to_target": frames[reached[0]] if reached else None,
-        "wall_s_to_target": wall[reached[0]] if reached else None,
+        "frames_to_target": None if reached is None else frames[reached],
+        "wall_s_to_target": None if reached is None else wall[reached],
         "agent_steps_per_s": frames[-1] / 4 / wall[-1] if wall[-1] else 0.0,
         "time_split_last_interval": {
             part: float(last[f"{part}_fraction"]) for part in ("env", "inference", "learn")

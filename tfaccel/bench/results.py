@@ -22,6 +22,20 @@ def git_revision() -> str:
         return "unknown"
 
 
+def first_at_least(values: list, threshold: float) -> int | None:
+    """The index of the first value at least `threshold` (None and NaN never are), or None.
+
+    A learning curve's first log row at or above a target score:
+
+    >>> first_at_least([None, -20.0, float("nan"), 5.0, 7.0], 6.0)
+    4
+    """
+    for index, value in enumerate(values):
+        if value is not None and value >= threshold:  # NaN >= x is False
+            return index
+    return None
+
+
 def write_json(path: str, document: dict) -> None:
     """Writes `document` plus `command`, `git_revision` and `date` (UTC) to `path`."""
     stamped = dict(
