@@ -9,7 +9,7 @@ prioritized) with random frames and measures how much its resident memory grew; 
 within 10% of one byte per pixel per stored frame, growing linearly with the capacity (so 1M
 transitions need about 8.3 GB). Then it times `sample(N)` (stacked observations and bootstrap
 observations, weights, indices) for N = 32, 256 and 512, median of 50 draws, and the 512
-stacked observations alone (target: under 5 ms).
+stacked observations alone (target: under 5 ms), assembled by 1, 2 and 4 threads.
 """
 
 import argparse
@@ -76,15 +76,22 @@ def measure(capacity: int) -> dict:
             replay.update_priorities(batch.index, rng.uniform(0, 2, size))
         result[f"sample_{size}_ms"] = float(np.median(times) * 1e3)
     # The stacked observations alone (the target's "batch of 512 stacked observations"): one
-    # of the two stack rebuilds inside sample(), without the bootstrap observations.
+    # of the two stack rebuilds inside sample(), without the bootstrap observations; by the
+    # calling thread alone (the buffer's default) and split among 2 and 4 threads.
     slot, env = np.divmod(replay.sample(512).index, ENVS)
     step, start = replay._steps(slot), replay._start[slot, env]
-    times = []
-    for _ in range(50):
-        tick = time.perf_counter()
-        replay._observations(step, env, start)
-        times.append(time.perf_counter() - tick)
-    result["stacks_512_ms"] = float(np.median(times) * 1e3)
+    by_threads = {}
+    for threads in (1, 2, 4):
+        replay.assembly_threads = threads
+        replay._observations(step, env, start)  # starts the threads
+        times = []
+        for _ in range(50):
+            tick = time.perf_counter()
+            replay._observations(step, env, start)
+            times.append(time.perf_counter() - tick)
+        by_threads[str(threads)] = float(np.median(times) * 1e3)
+    result["stacks_512_ms"] = by_threads["1"]
+    result["stacks_512_ms_by_threads"] = by_threads
     return result
 
 
@@ -110,7 +117,9 @@ def main():
             f"capacity {capacity:>9,}  RSS +{row['rss_growth_bytes'] / 2**20:8.1f} MiB  "
             f"{row['bytes_per_frame_pixel']:.3f} B/pixel  add {row['add_us_per_step_of_32_envs']:.0f} us  "
             f"sample 32/256/512: {row['sample_32_ms']:.2f} / {row['sample_256_ms']:.2f} / "
-            f"{row['sample_512_ms']:.2f} ms, 512 stacks alone {row['stacks_512_ms']:.2f} ms",
+            f"{row['sample_512_ms']:.2f} ms, 512 stacks alone (1/2/4 threads) "
+            + " / ".join(f"{ms:.2f}" for ms in row["stacks_512_ms_by_threads"].values())
+            + " ms",
             flush=True,
         )
     capacities = np.array([r["capacity"] for r in results], float)
@@ -151,7 +160,8 @@ def main():
         left.legend()
         sizes = [32, 256, 512]
         right.plot(sizes, [results[-1][f"sample_{s}_ms"] for s in sizes], "o-", label="sample()")
-        right.plot([512], [results[-1]["stacks_512_ms"]], "s", label="512 stacks alone")
+        for threads, ms in results[-1]["stacks_512_ms_by_threads"].items():
+            right.plot([512], [ms], "s", label=f"512 stacks alone, {threads} thread(s)")
         right.axhline(5.0, color="gray", linestyle="--", label="target for 512 stacks: 5 ms")
         right.set_xlabel("batch size")
         right.set_ylabel(f"ms per sample() at capacity {int(capacities[-1]):,}")

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+from tfaccel import replay
 from tfaccel.envs.pool import SerialPool
 from tfaccel.envs.toy import ScriptedConfig
 from tfaccel.replay import Prefetcher, ReplayBuffer, SumTree
@@ -173,6 +174,23 @@ def test_rebuilt_stacks_and_n_step_targets_match_the_pool(n_step, truncation_cap
     assert 0.0 in discounts and round(0.9**n_step, 6) in discounts
     if n_step == 3:  # a truncation within the window bootstraps with gamma^n' < gamma^n
         assert discounts & {0.9, 0.81}
+
+
+def test_stacks_assembled_by_several_threads_match_the_pool():
+    buffer = ReplayBuffer(
+        B, 100 * B, (4, 3), n_step=3, discount=0.9, truncation_capacity=100, assembly_threads=3
+    )
+    log = drive(buffer, 150, seed=2)
+    pool_calls = sum(replay._assembly_pool.cache_info()[:2])  # hits + misses
+    expected = check_against_log(buffer, log)
+    assert len(expected) >= 3 * replay._ROWS_PER_THREAD  # get() splits its rows in three
+    assert sum(replay._assembly_pool.cache_info()[:2]) > pool_calls
+    truncated = {i for i, v in expected.items() if v[3] > 0.9**3 + 1e-6}  # discount 0.9 or 0.81
+    rows = sorted(expected)
+    thirds = {rows.index(i) * 3 // len(rows) for i in truncated}
+    assert thirds == {0, 1, 2}  # final frames replace the newest frame in every thread's rows
+    with pytest.raises(ValueError, match="assembly_threads"):
+        ReplayBuffer(B, 80 * B, (4, 3), assembly_threads=0)
 
 
 def test_uniform_sample_draws_valid_transitions():
