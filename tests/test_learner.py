@@ -89,6 +89,19 @@ def test_checkpoint_from_an_older_program_restores_what_it_has(tmp_path):
     assert newer.recalled_scores() == []
 
 
+def test_a_prepared_batch_trains_exactly_as_its_numpy_arrays():
+    config = a2c.A2CConfig()
+    loss_fn = lambda network, batch: a2c.loss(network, batch, config)  # noqa: E731
+    direct, prepared = make_learner(loss_fn), make_learner(loss_fn)
+    rollout = random_rollout(seed=2)
+    tensors = prepared.prepare(rollout)  # what a prefetch thread hands over
+    assert all(isinstance(x, tf.Tensor) for x in tf.nest.flatten(tensors))
+    assert type(tensors) is type(rollout)
+    assert direct.train(rollout)["loss"] == prepared.train(tensors)["loss"]
+    for a, b in zip(weights(direct), weights(prepared), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_target_network_changes_only_on_sync_and_per_sample_metrics_come_back():
     config = a2c.A2CConfig()
 

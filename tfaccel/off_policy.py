@@ -240,8 +240,9 @@ def train_off_policy(
         guard = runner.NonFiniteGuard(on_nonfinite, agent, saver, log)
         warm = False  # every worker has min_replay_steps transitions (they start together)
 
-        def draw() -> tuple[ReplayBatch, list[int]]:
-            return _sample(replays, batch_size, state.beta)
+        def draw() -> tuple[np.ndarray, list[int], ReplayBatch]:
+            batch, shares = _sample(replays, batch_size, state.beta)
+            return batch.index, shares, agent.prepare(batch)
 
         prefetcher = None
         keep_progress = runner.saved_on(PoolError, lambda: save(state))
@@ -326,16 +327,16 @@ def _train_once(agent, replays, next_batch, prioritized: bool, state) -> dict:
     """One gradient step on the next batch (drawn equally from every group's buffer); updates
     the priorities of its transitions."""
     tick = time.perf_counter()
-    batch, shares = next_batch()
+    index, shares, batch = next_batch()  # batch: as the learner takes it (Learner.prepare)
     state.wait_seconds += time.perf_counter() - tick
     metrics = agent.train(batch)
     priority = metrics.pop("priority")
     if prioritized and not metrics["skipped_updates"]:  # a skipped step's priorities may be NaN
         cuts = np.cumsum(shares)[:-1]
-        for replay, index, value in zip(
-            replays, np.split(batch.index, cuts), np.split(priority, cuts), strict=True
+        for replay, part, value in zip(
+            replays, np.split(index, cuts), np.split(priority, cuts), strict=True
         ):
-            replay.update_priorities(index, value)
+            replay.update_priorities(part, value)
     return metrics
 
 
