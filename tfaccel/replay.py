@@ -348,14 +348,15 @@ class ReplayBuffer:
         """
         stacks = np.empty((step.size, *self.frame_shape, self.stack), np.uint8)
         steps = step[:, None] - np.arange(self.stack - 1, -1, -1)  # [N, stack], oldest first
-        use, frames = newest if newest is not None else (np.zeros(step.size, bool), None)
-        first_frame = np.concatenate([[0], np.cumsum(use)])  # [N + 1] row -> index into frames
+        if newest is not None:
+            use, frames = newest
+            first_frame = np.concatenate([[0], np.cumsum(use)])  # [N + 1] row -> row of frames
 
         def fill(rows: slice) -> None:
             for k in range(self.stack):  # plane by plane: 2.5x faster than gather + moveaxis
                 plane = self._frames[steps[rows, k] % self.time, env[rows]]  # [n, H, W]
                 plane[steps[rows, k] < start[rows]] = 0
-                if frames is not None and k == self.stack - 1:
+                if newest is not None and k == self.stack - 1:
                     plane[use[rows]] = frames[first_frame[rows.start] : first_frame[rows.stop]]
                 stacks[rows, ..., k] = plane
 
