@@ -382,6 +382,7 @@ def test_mirrored_strategy_trains_every_family(tmp_path, config):
         ("rainbow.gin", "probabilities"),
         ("categorical_dqn_b256.gin", "probabilities"),
         ("categorical_dqn_b2048.gin", "probabilities"),
+        ("rainbow_b256.gin", "probabilities"),
     ],
 )
 def test_every_q_config_runs_with_smoke(tmp_path, config, head):

@@ -36,6 +36,21 @@ def first_at_least(values: list, threshold: float) -> int | None:
     return None
 
 
+def value_at(frames: list, values: list, at: float):
+    """A curve's value after `at` frames: the value of its last row at or before `at`, or None
+    when it has no such row or ended before `at` (a run stopped early has no value there).
+
+    >>> value_at([1, 2, 3], [None, 5.0, 7.0], 2)
+    5.0
+    >>> value_at([1, 2], [4.0, 5.0], 3) is None
+    True
+    """
+    if not frames or frames[-1] < at:
+        return None
+    before = [value for frame, value in zip(frames, values, strict=True) if frame <= at]
+    return before[-1] if before else None
+
+
 def write_json(path: str, document: dict) -> None:
     """Writes `document` plus `command`, `git_revision` and `date` (UTC) to `path`."""
     stamped = dict(
