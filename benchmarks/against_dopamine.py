@@ -11,9 +11,9 @@ the score after 5, 10, 20 and 30M frames and the frames to +15 and +18.
 
 Dopamine plays with sticky actions (0.25) and we do not (the papers' setting): its runs are the
 reference for the shape and pace of a curve with these hyperparameters, not an exact match.
-Dopamine's score of an iteration is the mean of the games played during its 1M frames, placed here
-at the iteration's middle frame; ours is the mean of the last 20 games at a log row. A run's score "after F frames" is its last row at or
-before F (None if it has none, or stopped before F).
+Dopamine's score of an iteration is the mean of the games played during its 1M frames, placed
+here at the iteration's middle frame; ours is the mean of the last 20 games at a log row. A run's
+score "after F frames" is its last row at or before F (None if it has none, or stopped before F).
 """
 
 import argparse
