@@ -38,9 +38,9 @@ def figures(frames: list, score: list) -> dict:
         f"score_at_{at // 1_000_000}M": results_file.value_at(frames, score, at)
         for at in CHECKPOINTS
     }
+    curve = {"env_frames": frames, "score": score}
     for threshold in THRESHOLDS:
-        index = results_file.first_at_least(score, threshold)
-        document[f"frames_to_{threshold:+.0f}"] = None if index is None else frames[index]
+        document[f"frames_to_{threshold:+.0f}"] = results_file.frames_to_reach(curve, threshold)
     return document
 
 

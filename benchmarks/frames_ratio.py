@@ -34,16 +34,6 @@ def load(name: str) -> dict:
     return summary
 
 
-def frames_to_reach(curve: dict, score: float) -> int | None:
-    """The env frames of the first row whose score is at least `score`, or None.
-
-    >>> frames_to_reach({"env_frames": [1, 2, 3], "score": [None, 5.0, 7.0]}, 6.0)
-    3
-    """
-    index = results_file.first_at_least(curve["score"], score)
-    return None if index is None else curve["env_frames"][index]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="summary name of the run to judge")
@@ -53,8 +43,8 @@ def main():
     args = parser.parse_args()
     run, reference = load(args.run), load(args.reference)
     score = reference["final_score"] if args.score is None else args.score
-    reference_frames = frames_to_reach(reference["curve"], score)
-    run_frames = frames_to_reach(run["curve"], score)
+    reference_frames = results_file.frames_to_reach(reference["curve"], score)
+    run_frames = results_file.frames_to_reach(run["curve"], score)
     ratio = run_frames / reference_frames if run_frames and reference_frames else None
     document = {
         "run": args.run,

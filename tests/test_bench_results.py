@@ -50,3 +50,10 @@ def test_dopamine_reference_curves_hold_five_runs_per_agent_as_published():
     # 5M and 10M frames (iterations 4 and 9), Rainbow's first after 10M.
     assert reference["runs"]["C51"][2][4] == -18.91 and reference["runs"]["C51"][2][9] == -2.88
     assert reference["runs"]["Rainbow"][0][9] == 17.21
+
+
+def test_frames_to_reach_names_the_frames_of_the_first_row_at_the_score():
+    curve = {"env_frames": [100, 200, 300], "score": [None, -3.0, -2.0]}
+    assert results.frames_to_reach(curve, -3.0) == 200
+    assert results.frames_to_reach(curve, -2.5) == 300
+    assert results.frames_to_reach(curve, 0.0) is None

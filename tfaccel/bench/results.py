@@ -36,6 +36,17 @@ def first_at_least(values: list, threshold: float) -> int | None:
     return None
 
 
+def frames_to_reach(curve: dict, score: float) -> int | None:
+    """The env frames of a curve's first row whose score is at least `score`, or None; `curve`
+    is a summary's {"env_frames": [...], "score": [...]} (benchmarks/summarize_run.py).
+
+    >>> frames_to_reach({"env_frames": [1, 2, 3], "score": [None, 5.0, 7.0]}, 6.0)
+    3
+    """
+    index = first_at_least(curve["score"], score)
+    return None if index is None else curve["env_frames"][index]
+
+
 def value_at(frames: list, values: list, at: float):
     """A curve's value after `at` frames: the value of its last row at or before `at`, or None
     when it has no such row or ended before `at` (a run stopped early has no value there).
