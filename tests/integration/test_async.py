@@ -3,12 +3,15 @@
 import glob
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tests.integration.cluster import start_cluster
-from tests.integration.test_train import rows, train
+from tests.integration.test_train import ROOT, rows, train
 from tfaccel.bench.memory import descendants, state
 from tfaccel.distribute.param_store import SHM_DIR
 
@@ -105,3 +108,27 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
         time.sleep(0.5)
     assert not [pid for pid in orphans if state(pid) not in ("", "Z")], "learners left"
     assert set(stores_left()) == before  # the orphaned chief removed its machine's store
+
+
+def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
+    before = set(stores_left())
+    process = subprocess.Popen(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin",
+         "--gin_bindings=train.total_frames = 100_000_000"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (tmp_path / "metrics.csv").exists():
+        time.sleep(0.2)
+    learners = descendants(process.pid)
+    process.send_signal(signal.SIGTERM)  # the launcher alone, as a job scheduler stops a job
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    assert "stopped by SIGTERM" in out and "checkpoint saved" in out
+    assert "leaked" not in err  # the launcher released its locks, not the resource tracker
+    deadline = time.monotonic() + 30  # a process may still be on its way out
+    while any(state(pid) not in ("", "Z") for pid in learners) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in learners if state(pid) not in ("", "Z")], "processes left"
+    assert set(stores_left()) == before
+    assert 0 < int(rows(tmp_path)[-1]["env_frames"]) < 100_000_000

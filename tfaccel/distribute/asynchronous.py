@@ -242,7 +242,13 @@ def train_async(
     ]
     for process in processes:
         process.start()
-    previous = signal.signal(signal.SIGINT, lambda *_: _terminate(processes))
+    # Ctrl-C or a SIGTERM to the launcher alone: the learners save and exit, the launcher waits for
+    # them and cleans up (killed by SIGTERM's default action, it would leave that to the learners'
+    # orphan watch and to multiprocessing's resource tracker).
+    previous = {
+        sig: signal.signal(sig, lambda *_: _terminate(processes))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     sync = None
     try:
         if strategy is None:
@@ -258,7 +264,8 @@ def train_async(
             finally:
                 store.close(unlink=False)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         _unlink(name)
     summaries = {}
     while True:
