@@ -52,10 +52,12 @@ for _function in (
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks, so a stop always saves first."""
+    """Turns SIGINT/SIGTERM into a flag the loop checks, so a stop always saves first;
+    `on_signal()`, if given, also runs at each signal (the asynchronous launcher forwards it)."""
 
-    def __init__(self):
+    def __init__(self, on_signal=None):
         self.signal_name = None
+        self._on_signal = on_signal
         self._previous = {}
 
     def __enter__(self):
@@ -65,6 +67,8 @@ class StopRequest:
 
     def _handle(self, number, frame):
         self.signal_name = signal.Signals(number).name
+        if self._on_signal is not None:
+            self._on_signal()
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

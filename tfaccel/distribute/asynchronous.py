@@ -35,6 +35,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from tfaccel import runner
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.param_store import SHM_DIR, ParameterStore
 
@@ -171,7 +172,7 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: st
     _stop_when_orphaned(os.getppid())
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    from tfaccel import off_policy, runner  # noqa: F401  (registers every configurable)
+    from tfaccel import off_policy  # noqa: F401  (registers every configurable)
 
     gin.parse_config(config)
     team = AsyncTeam(*team_args)
@@ -245,27 +246,22 @@ def train_async(
     # Ctrl-C or a SIGTERM to the launcher alone: the learners save and exit, the launcher waits for
     # them and cleans up (killed by SIGTERM's default action, it would leave that to the learners'
     # orphan watch and to multiprocessing's resource tracker).
-    previous = {
-        sig: signal.signal(sig, lambda *_: _terminate(processes))
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
     sync = None
     try:
-        if strategy is None:
-            failed = _wait(processes)
-        else:
-            store = _attach_when_ready(name, locks, ready, processes)
-            sync = machines.MachineSync(strategy, store)
-            try:
-                failed = _wait_in_rounds(processes, sync, store, sync_period_seconds)
-            except BaseException:  # a machine died (a collective failed): stop ours, then say so
-                _stop_all(processes)
-                raise
-            finally:
-                store.close(unlink=False)
+        with runner.StopRequest(on_signal=lambda: _terminate(processes)):
+            if strategy is None:
+                failed = _wait(processes)
+            else:
+                store = _attach_when_ready(name, locks, ready, processes)
+                sync = machines.MachineSync(strategy, store)
+                try:
+                    failed = _wait_in_rounds(processes, sync, store, sync_period_seconds)
+                except BaseException:  # a machine died (a collective failed): stop ours, say so
+                    _stop_all(processes)
+                    raise
+                finally:
+                    store.close(unlink=False)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         _unlink(name)
     summaries = {}
     while True:
