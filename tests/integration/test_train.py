@@ -380,6 +380,7 @@ def test_mirrored_strategy_trains_every_family(tmp_path, config):
         ("dqn.gin", "q_values"),
         ("categorical_dqn.gin", "probabilities"),
         ("rainbow.gin", "probabilities"),
+        ("dqn_b256.gin", "q_values"),
         ("categorical_dqn_b256.gin", "probabilities"),
         ("categorical_dqn_b2048.gin", "probabilities"),
         ("rainbow_b256.gin", "probabilities"),
