@@ -238,6 +238,7 @@ def train_off_policy(
         state = _LoopState(counters, frame_skip, algorithm.target_update_period)
         state.beta = priority_beta
         guard = runner.NonFiniteGuard(on_nonfinite, agent, saver, log)
+        watch = runner.DeadNetworkWatch(log)
         warm = False  # every worker has min_replay_steps transitions (they start together)
 
         def draw() -> tuple[np.ndarray, list[int], ReplayBatch]:
@@ -269,6 +270,7 @@ def train_off_policy(
                 while state.due >= 1.0:
                     state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
                     guard.check(state.metrics, state.frames)
+                    watch.check(state.metrics, state.frames)
                     state.due -= 1.0
                 state.learn_seconds += time.perf_counter() - tick
                 steps = team.agent_steps(state.base_steps, sampler.agent_steps)

@@ -207,6 +207,38 @@ class NonFiniteGuard:
         self._log.message(f"warning: {text}")
 
 
+class DeadNetworkWatch:
+    """Warns once when the network's output stops depending on its input: the spread over an
+    update's batch (`value_std` of the A2C and PPO losses, `q_std` of the DQN loss) below
+    `SPREAD` for `patience` updates in a row. That is a network whose ReLU units of some layer
+    are negative on every input (seen on Pong in A3C runs: every unit of the first convolution):
+    no gradient reaches them again, so the run no longer learns, and resuming it continues the
+    dead network. A live network's spread over distinct observations is far above `SPREAD`."""
+
+    KEYS = ("value_std", "q_std")
+    SPREAD = 1e-6
+
+    def __init__(self, log, patience: int = 50):
+        self._log, self._patience = log, patience
+        self._run, self._since = 0, 0
+        self.warned = False
+
+    def check(self, metrics: dict, frames: int) -> None:
+        spread = next((metrics[key] for key in self.KEYS if key in metrics), None)
+        if spread is None or self.warned:
+            return
+        self._since = self._since if self._run else frames
+        self._run = self._run + 1 if spread < self.SPREAD else 0
+        if self._run >= self._patience:
+            self.warned = True
+            self._log.message(
+                f"warning: the network's output has been the same for every observation of the "
+                f"batch for {self._run} updates, since {self._since:,} frames: its ReLU units "
+                "have died and it will not learn again (resuming continues it); stop the run and "
+                "start it anew with a lower learning rate or another seed"
+            )
+
+
 @gin.configurable(denylist=["root_dir"])
 def run(root_dir: str, trainer=None) -> dict:
     """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
@@ -384,6 +416,7 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
         save(frames, base_wall + time.perf_counter() - start)
         last["save"] = frames
 
+    watch = DeadNetworkWatch(log)
     with StopRequest() as stop, saved_on(PoolError, lambda: frames > last["save"] and save_now()):
         for _, rollout in sampler.rollouts():
             tick = time.perf_counter()
@@ -395,8 +428,9 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
             counters.games.assign_add(len(games))
             counters.updates.assign_add(1)
             steps = team.agent_steps(base_steps, sampler.agent_steps)  # every process's
-            guard.check(metrics, steps * frame_skip)
             frames = steps * frame_skip
+            guard.check(metrics, frames)
+            watch.check(metrics, frames)
             out_of_time = max_wall_seconds and time.perf_counter() - start >= max_wall_seconds
             done = team.stop(frames >= total_frames or stop.signal_name is not None or out_of_time)
             if frames - last["log"] >= log_every or done:

@@ -99,6 +99,7 @@ def test_loss_by_hand():
     assert float(metrics["return_mean"]) == pytest.approx(1.5)
     assert float(metrics["value_mean"]) == pytest.approx(1.0)
     assert float(metrics["explained_variance"]) == pytest.approx(0.0)  # a constant V
+    assert float(metrics["value_std"]) == 0.0  # the same V on every observation
     assert all(m.shape == () and m.dtype == tf.float32 for m in metrics.values())
 
     # Gradients. Value bias: 0.5 * mean(V - G) = 0.5 * -0.5 = -0.25, only if the advantage is
@@ -116,6 +117,15 @@ def test_loss_by_hand():
     summed, summed_metrics = a2c.loss(network, hand_rollout(), A2CConfig(discount=0.5))
     assert float(summed) == pytest.approx(2 * float(loss))
     assert float(summed_metrics["loss"]) == pytest.approx(float(loss))  # metrics stay means
+
+
+def test_value_std_is_the_spread_of_the_values_over_the_rollout():
+    network = TinyNetwork(3, observation_shape=(4, 4, 2), seed=5)
+    rollout = random_rollout(6)
+    _, metrics = a2c.loss(network, rollout, A2CConfig())
+    _, values = network(rollout.observation.reshape(-1, 4, 4, 2))  # [T*B]
+    assert float(metrics["value_std"]) == pytest.approx(float(np.std(values)), rel=1e-5)
+    assert float(metrics["value_std"]) > 0.01
 
 
 def test_loss_falls_after_one_gradient_step():

@@ -112,6 +112,7 @@ def test_scalar_loss_by_hand():
     np.testing.assert_allclose(total.numpy(), 0.75, rtol=1e-6)
     np.testing.assert_allclose(metrics["loss"].numpy(), 0.75, rtol=1e-6)
     np.testing.assert_allclose(metrics["q_mean"].numpy(), 1.5, rtol=1e-6)
+    np.testing.assert_allclose(metrics["q_std"].numpy(), 0.5, rtol=1e-6)  # Q_tm1 = [2, 1]
     np.testing.assert_allclose(metrics["target_mean"].numpy(), 1.75, rtol=1e-6)
     np.testing.assert_allclose(metrics["priority"].numpy(), [1.5, 1.0], rtol=1e-6)
 

@@ -66,6 +66,7 @@ def test_loss_at_ratio_one_by_hand():
     assert float(metrics["clip_fraction"]) == 0.0
     assert float(metrics["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
     assert float(metrics["advantage_mean"]) == pytest.approx(0.625)  # before normalization
+    assert float(metrics["value_std"]) == 0.0  # V = 1 on every observation
     assert all(m.shape == () and m.dtype == tf.float32 for m in metrics.values())
 
 

@@ -116,7 +116,8 @@ def loss(
 
     Returns:
         `(loss, metrics)`: a float32 scalar, and float32 scalars `loss`, `policy_loss`,
-        `value_loss`, `entropy`, `advantage_mean`, `return_mean`, `value_mean`,
+        `value_loss`, `entropy`, `advantage_mean`, `return_mean`, `value_mean`, `value_std` (its
+        spread over the batch; 0 when the network no longer sees its input), and
         `explained_variance`.
     """
     observation = tf.convert_to_tensor(rollout.observation)  # [T, B, H, W, C]
@@ -154,6 +155,7 @@ def loss(
         "advantage_mean": tf.reduce_mean(advantage),
         "return_mean": tf.reduce_mean(returns),
         "value_mean": tf.reduce_mean(value),
+        "value_std": tf.math.reduce_std(value),
         "explained_variance": ops.explained_variance(returns, value),
     }
     return scaled, metrics

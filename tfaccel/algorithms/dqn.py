@@ -154,9 +154,10 @@ def loss(
 
     Returns:
         `(loss, metrics)`: a float32 scalar; float32 scalar metrics `loss`, `q_mean` (mean
-        Q(o_tm1, a_tm1)), `target_mean` (mean of y, or of the expected value of m), and
-        `priority` [N] float32 >= 0 (|TD error|, or the KL divergence of m from the online
-        distribution), for the replay's priorities (see the module docstring).
+        Q(o_tm1, a_tm1)), `q_std` (its spread over the batch), `target_mean` (mean of y, or of
+        the expected value of m), and `priority` [N] float32 >= 0 (|TD error|, or the KL
+        divergence of m from the online distribution), for the replay's priorities (see the
+        module docstring).
     """
     o_tm1 = tf.convert_to_tensor(batch.observation)  # [N, H, W, C]
     a_tm1 = tf.cast(batch.action, tf.int32)  # [N]
@@ -195,6 +196,7 @@ def loss(
     metrics = {
         "loss": total,
         "q_mean": tf.reduce_mean(q_tm1),
+        "q_std": tf.math.reduce_std(q_tm1),
         "target_mean": target_mean,
         "priority": tf.stop_gradient(priority),
     }

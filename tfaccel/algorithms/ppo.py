@@ -152,7 +152,8 @@ def loss(
         `(loss, metrics)`: a float32 scalar, and float32 scalars `loss`, `policy_loss`,
         `value_loss`, `entropy`, `approx_kl` (the estimator mean((r - 1) - log r) of
         KL(pi_old || pi), >= 0), `clip_fraction` (the fraction of samples with |r - 1| > clip),
-        `advantage_mean` (before normalization), `explained_variance`.
+        `advantage_mean` (before normalization), `value_std` (the values' spread over the
+        batch), `explained_variance`.
     """
     clip = tf.cast(config.clip if clip is None else clip, tf.float32)
     logits, value = network(batch.observation)  # [N, A], [N]
@@ -186,6 +187,7 @@ def loss(
         "approx_kl": tf.reduce_mean((ratio - 1.0) - log_ratio),
         "clip_fraction": tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > clip, tf.float32)),
         "advantage_mean": tf.reduce_mean(tf.cast(batch.advantage, tf.float32)),
+        "value_std": tf.math.reduce_std(value),
         "explained_variance": ops.explained_variance(value_target, value),
     }
     return total, metrics

@@ -1,0 +1,33 @@
+from tfaccel import runner
+
+
+class Log:
+    def __init__(self):
+        self.messages = []
+
+    def message(self, text):
+        self.messages.append(text)
+
+
+def test_dead_network_watch_warns_once_after_patience_updates_without_spread():
+    log = Log()
+    watch = runner.DeadNetworkWatch(log, patience=3)
+    for frames, spread in [(100, 0.2), (200, 0.0), (300, 0.0), (400, 0.3)]:  # a live network
+        watch.check({"value_std": spread}, frames)
+    assert log.messages == [] and not watch.warned
+    for frames in (500, 600, 700, 800, 900):
+        watch.check({"value_std": 1e-8}, frames)
+    assert len(log.messages) == 1 and watch.warned
+    assert log.messages[0].startswith("warning: the network's output has been the same")
+    assert "for 3 updates, since 500 frames" in log.messages[0]
+
+
+def test_dead_network_watch_reads_q_std_and_ignores_losses_without_a_spread():
+    log = Log()
+    watch = runner.DeadNetworkWatch(log, patience=2)
+    watch.check({"loss": 0.0}, 100)
+    watch.check({"loss": 0.0}, 200)
+    assert log.messages == []
+    watch.check({"q_std": 0.0}, 300)
+    watch.check({"q_std": 0.0}, 400)
+    assert len(log.messages) == 1 and "since 300 frames" in log.messages[0]
