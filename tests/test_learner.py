@@ -204,3 +204,20 @@ def test_fused_adam_follows_keras_adam_and_resumes_from_its_checkpoints(tmp_path
     assert int(fused.iterations) == 50
     for one, two in zip(reference, trained(fused, resumed, 50), strict=True):
         np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
+
+
+def test_warm_up_rises_linearly_then_follows_the_rate_or_its_decay():
+    constant = learner.warm_up(1e-2, 10)
+    steps = (0, 4, 9, 10, 500)
+    np.testing.assert_allclose(
+        [float(constant(s)) for s in steps], [1e-3, 5e-3, 1e-2, 1e-2, 1e-2], rtol=1e-6
+    )
+    decayed = learner.warm_up(learner.linear_decay(1e-2, 100), 10)
+    np.testing.assert_allclose(
+        [float(decayed(s)) for s in (0, 9, 50, 100)], [1e-3, 9.1e-3, 5e-3, 0.0], rtol=1e-6
+    )
+    assert learner.warm_up(1e-2, 0) == 1e-2
+    # The optimizer takes it: Adam's first step moves a parameter by the warmed-up rate.
+    variable, adam = tf.Variable([1.0]), learner.FusedAdam(constant)
+    adam.apply_gradients([(tf.constant([0.3]), variable)])
+    np.testing.assert_allclose(variable.numpy(), [1.0 - 1e-3], atol=1e-8)

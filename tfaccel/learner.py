@@ -87,6 +87,32 @@ def linear_decay(
     return keras.optimizers.schedules.PolynomialDecay(learning_rate, max(int(updates), 1), 0.0)
 
 
+def warm_up(
+    learning_rate: float | keras.optimizers.schedules.LearningRateSchedule, updates: int
+) -> float | keras.optimizers.schedules.LearningRateSchedule:
+    """`learning_rate` (a float or a schedule) scaled by min(1, (step + 1) / `updates`): a linear
+    warm-up over the first `updates` optimizer steps, then `learning_rate` as it was; `updates`
+    <= 0 returns it unchanged. Adam's first steps move every parameter by the full rate in the
+    sign of its gradient; on Atari frames (all pixels >= 0) the weights of a first-layer filter
+    mostly share that sign, so a few such steps can push the filter below zero on every input."""
+    if updates <= 0:
+        return learning_rate
+    return _WarmUp(learning_rate, int(updates))
+
+
+class _WarmUp(keras.optimizers.schedules.LearningRateSchedule):
+    def __init__(self, learning_rate, updates: int):
+        self.learning_rate, self.updates = learning_rate, updates
+
+    def __call__(self, step):
+        rate = self.learning_rate(step) if callable(self.learning_rate) else self.learning_rate
+        fraction = tf.minimum(1.0, tf.cast(step + 1, tf.float32) / float(self.updates))
+        return rate * fraction
+
+    def get_config(self) -> dict:
+        return {"learning_rate": self.learning_rate, "updates": self.updates}
+
+
 def _skip_optimizer_all_reduce(optimizer: keras.Optimizer) -> bool:
     """Makes `optimizer` apply the gradients it gets as they are, without summing them across
     replicas first; False where this Keras has no such step to skip (the learner then divides

@@ -260,6 +260,7 @@ def train(
     make_optimizer=learner.make_rmsprop,
     learning_rate: float = 7e-4,
     decay_learning_rate: bool = True,
+    warmup_frames: int = 0,
     num_workers: int = 2,
     envs_per_worker: int = 16,
     num_groups: int = 2,
@@ -295,6 +296,8 @@ def train(
         make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
         learning_rate: initial learning rate.
         decay_learning_rate: anneal it linearly to 0 over `total_frames`.
+        warmup_frames: raise it linearly from 0 over this many env frames first (0: none; see
+            `learner.warm_up`); a decay still runs over all of `total_frames`.
         num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
         envs_per_worker: envs per worker (with 0 workers: the envs).
         num_groups: 1 (synchronous) or 2 (alternating groups, each trained on as it completes).
@@ -328,18 +331,23 @@ def train(
     frame_skip = getattr(env, "frame_skip", 1)
     with make_pool(env, num_workers, envs_per_worker, num_groups, seed, worker_niceness) as pool:
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
-        rollouts_total = total_frames // (frame_skip * horizon * pool.group_size * workers)
+        frames_per_rollout = frame_skip * horizon * pool.group_size * workers
         steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
-        schedule = (
-            learner.linear_decay(learning_rate, rollouts_total * steps_per_rollout)
+        decay = (
+            learner.linear_decay(
+                learning_rate, total_frames // frames_per_rollout * steps_per_rollout
+            )
             if decay_learning_rate
-            else learning_rate
+            else None
         )
+        warmup_steps = warmup_frames // frames_per_rollout * steps_per_rollout
+        schedule = learner.warm_up(decay or learning_rate, warmup_steps)
 
         def algorithm_loss(network, batch):
             if not anneal_clip:
                 return loss_fn(network, batch, algorithm)
-            progress = agent.optimizer.learning_rate / learning_rate  # 1 -> 0 with the schedule
+            # 1 -> 0 with the decay (not the warm-up): the clip starts at its full value
+            progress = decay(agent.optimizer.iterations) / learning_rate if decay else 1.0
             return loss_fn(network, batch, algorithm, clip=algorithm.clip * progress)
 
         agent = learner.Learner(

@@ -374,6 +374,23 @@ def test_mirrored_strategy_trains_every_family(tmp_path, config):
     assert (tmp_path / "policy" / "saved_model.pb").exists()
 
 
+def test_warmup_frames_raise_the_rate_linearly_then_hold_it(tmp_path):
+    result = train(
+        tmp_path, *SMOKE, "--gin_bindings=train.decay_learning_rate = False",
+        "--gin_bindings=train.warmup_frames = 1200",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = rows(tmp_path)
+    # One update per rollout of a group: 2 envs x 5 steps x frame skip 4 = 40 frames; the
+    # warm-up is 1,200 / 40 = 30 updates, and a row shows the rate of the update after it.
+    first = int(table[0]["env_frames"])
+    expected = 7e-4 * (first // 40 + 1) / 30
+    assert float(table[0]["learning_rate"]) == pytest.approx(expected, rel=1e-5)  # 6 digits
+    assert float(table[-1]["learning_rate"]) == pytest.approx(7e-4)
+    rates = [float(row["learning_rate"]) for row in table]
+    assert rates == sorted(rates) and rates[0] < 7e-4 / 2
+
+
 @pytest.mark.parametrize(
     "config, head",
     [
