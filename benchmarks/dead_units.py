@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Which ReLU units of an on-policy run's network still respond to Pong frames.
+
+    .venv/bin/python benchmarks/dead_units.py --run_dir=/work/runs/a3c_pong_bf16_s2 \
+        --name=a3c_pong_bf16_s2
+
+Restores the latest checkpoint of --run_dir into `PolicyValueNetwork` (the torso given by
+--torso), plays --frames agent steps of Pong with random actions in --envs envs, and for each
+layer of the torso counts the units that are positive on at least one of those observations. A
+layer with none alive passes nothing upward: the value and the policy no longer depend on the
+observation and no gradient reaches the layer again. Also reports the spread (standard deviation)
+of the value over the observations. Writes benchmarks/results/<name>_dead_units.json.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import tensorflow as tf  # noqa: E402
+
+from tfaccel import networks  # noqa: E402
+from tfaccel.bench import results as results_file  # noqa: E402
+from tfaccel.envs.atari import AtariConfig, AtariEnv  # noqa: E402
+
+TORSOS = {"a3c": networks.a3c_torso, "nature": networks.nature_torso}
+
+
+def observations(envs: int, steps: int, seed: int) -> np.ndarray:
+    """Observations of random play, `envs` games side by side, every one of `steps` steps."""
+    games = [AtariEnv(AtariConfig(game="pong"), seed=seed + i) for i in range(envs)]
+    current = [game.reset() for game in games]
+    rng = np.random.default_rng(seed)
+    seen = []
+    for _ in range(steps):
+        seen.extend(current)
+        for i, game in enumerate(games):
+            result = game.step(int(rng.integers(game.spec.num_actions)))
+            ended = result.terminated or result.truncated
+            current[i] = game.reset() if ended else result.observation
+    return np.stack(seen), games[0].spec
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run_dir", required=True)
+    parser.add_argument("--name", required=True, help="results file name")
+    parser.add_argument("--torso", choices=sorted(TORSOS), default="a3c")
+    parser.add_argument("--envs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=200, help="agent steps per env")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    frames, spec = observations(args.envs, args.steps, args.seed)
+    network = networks.PolicyValueNetwork(spec, torso=TORSOS[args.torso])
+    path = tf.train.latest_checkpoint(os.path.join(args.run_dir, "checkpoints"))
+    if path is None:
+        sys.exit(f"error: no checkpoint in {args.run_dir}/checkpoints")
+    tf.train.Checkpoint(network=network).restore(path).expect_partial()  # read only
+
+    layers = {}
+    x = tf.convert_to_tensor(frames.astype(np.float32) / 255.0)
+    for layer in network.torso.layers:
+        x = layer(x)
+        if hasattr(layer, "activation"):  # the convolutions and the dense layer (ReLU)
+            active = tf.reduce_any(tf.reshape(x, [len(frames), -1, x.shape[-1]]) > 0, axis=[0, 1])
+            layers[layer.name] = {
+                "units": int(x.shape[-1]),
+                "alive": int(tf.reduce_sum(tf.cast(active, tf.int32))),
+            }
+    _, value = network(frames)
+    document = {
+        "run_dir": args.run_dir,
+        "checkpoint": path,
+        "observations": len(frames),
+        "layers": layers,
+        "value_std": float(np.std(value.numpy())),
+        "command": " ".join(["benchmarks/dead_units.py", *sys.argv[1:]]),
+    }
+    for name, layer in layers.items():
+        print(f"{name}: {layer['alive']} of {layer['units']} units positive on some observation")
+    print(f"value spread over {len(frames)} observations: {document['value_std']:.3g}")
+    out = os.path.join(ROOT, "benchmarks", "results", f"{args.name}_dead_units.json")
+    results_file.write_json(out, document)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
