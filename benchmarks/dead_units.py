@@ -45,23 +45,15 @@ def observations(envs: int, steps: int, seed: int) -> np.ndarray:
     return np.stack(seen), games[0].spec
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--name", required=True, help="results file name")
-    parser.add_argument("--torso", choices=sorted(TORSOS), default="a3c")
-    parser.add_argument("--envs", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=200, help="agent steps per env")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-
-    frames, spec = observations(args.envs, args.steps, args.seed)
-    network = networks.PolicyValueNetwork(spec, torso=TORSOS[args.torso])
-    path = tf.train.latest_checkpoint(os.path.join(args.run_dir, "checkpoints"))
+def alive_units(run_dir: str, torso: str = "a3c", envs: int = 4, steps: int = 200, seed: int = 0):
+    """{layer: {units, alive}}, the value's spread and the checkpoint read, for the latest
+    checkpoint of `run_dir` on `envs` x `steps` observations of random play."""
+    frames, spec = observations(envs, steps, seed)
+    network = networks.PolicyValueNetwork(spec, torso=TORSOS[torso])
+    path = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     if path is None:
-        sys.exit(f"error: no checkpoint in {args.run_dir}/checkpoints")
+        sys.exit(f"error: no checkpoint in {run_dir}/checkpoints")
     tf.train.Checkpoint(network=network).restore(path).expect_partial()  # read only
-
     layers = {}
     x = tf.convert_to_tensor(frames.astype(np.float32) / 255.0)
     for layer in network.torso.layers:
@@ -73,17 +65,32 @@ def main():
                 "alive": int(tf.reduce_sum(tf.cast(active, tf.int32))),
             }
     _, value = network(frames)
+    return layers, float(np.std(value.numpy())), path, len(frames)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run_dir", required=True)
+    parser.add_argument("--name", required=True, help="results file name")
+    parser.add_argument("--torso", choices=sorted(TORSOS), default="a3c")
+    parser.add_argument("--envs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=200, help="agent steps per env")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    layers, value_std, path, count = alive_units(
+        args.run_dir, args.torso, args.envs, args.steps, args.seed
+    )
     document = {
         "run_dir": args.run_dir,
         "checkpoint": path,
-        "observations": len(frames),
+        "observations": count,
         "layers": layers,
-        "value_std": float(np.std(value.numpy())),
+        "value_std": value_std,
         "command": " ".join(["benchmarks/dead_units.py", *sys.argv[1:]]),
     }
     for name, layer in layers.items():
         print(f"{name}: {layer['alive']} of {layer['units']} units positive on some observation")
-    print(f"value spread over {len(frames)} observations: {document['value_std']:.3g}")
+    print(f"value spread over {count} observations: {value_std:.3g}")
     out = os.path.join(ROOT, "benchmarks", "results", f"{args.name}_dead_units.json")
     results_file.write_json(out, document)
     print(f"wrote {out}")

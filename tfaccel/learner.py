@@ -94,7 +94,9 @@ def warm_up(
     warm-up over the first `updates` optimizer steps, then `learning_rate` as it was; `updates`
     <= 0 returns it unchanged. Adam's first steps move every parameter by the full rate in the
     sign of its gradient; on Atari frames (all pixels >= 0) the weights of a first-layer filter
-    mostly share that sign, so a few such steps can push the filter below zero on every input."""
+    mostly share that sign, so a few such steps can push the filter below zero on every input.
+    On Pong a warm-up keeps most first-layer channels alive through it, but they are lost later
+    at the full rate (benchmarks/results/first_layer_survival_*.json)."""
     if updates <= 0:
         return learning_rate
     return _WarmUp(learning_rate, int(updates))
