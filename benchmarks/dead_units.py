@@ -5,10 +5,10 @@
         --name=a3c_pong_bf16_s2
 
 Restores the latest checkpoint of --run_dir into `PolicyValueNetwork` (the torso given by
---torso), plays --frames agent steps of Pong with random actions in --envs envs, and for each
-layer of the torso counts the units that are positive on at least one of those observations. A
-layer with none alive passes nothing upward: the value and the policy no longer depend on the
-observation and no gradient reaches the layer again. Also reports the spread (standard deviation)
+--torso), plays --steps agent steps of Pong with random actions in each of --envs envs, and for
+each layer of the torso counts the units that are positive on at least one of those
+observations. A layer with none alive passes nothing upward: the value and the policy no longer
+depend on the observation and no gradient reaches the layer again. Also reports the spread (standard deviation)
 of the value over the observations. Writes benchmarks/results/<name>_dead_units.json.
 """
 
@@ -26,12 +26,14 @@ import tensorflow as tf  # noqa: E402
 from tfaccel import networks  # noqa: E402
 from tfaccel.bench import results as results_file  # noqa: E402
 from tfaccel.envs.atari import AtariConfig, AtariEnv  # noqa: E402
+from tfaccel.types import EnvSpec  # noqa: E402
 
 TORSOS = {"a3c": networks.a3c_torso, "nature": networks.nature_torso}
 
 
-def observations(envs: int, steps: int, seed: int) -> np.ndarray:
-    """Observations of random play, `envs` games side by side, every one of `steps` steps."""
+def observations(envs: int, steps: int, seed: int) -> tuple[np.ndarray, EnvSpec]:
+    """Observations of random play, `envs` games side by side, every one of `steps` steps, and
+    the games' spec."""
     games = [AtariEnv(AtariConfig(game="pong"), seed=seed + i) for i in range(envs)]
     current = [game.reset() for game in games]
     rng = np.random.default_rng(seed)
