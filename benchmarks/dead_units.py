@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""Which ReLU units of an on-policy run's network still respond to Pong frames.
+"""Which ReLU units of a run's network still respond to Pong frames.
 
     .venv/bin/python benchmarks/dead_units.py --run_dir=/work/runs/a3c_pong_bf16_s2 \
         --name=a3c_pong_bf16_s2
 
-Restores the latest checkpoint of --run_dir into `PolicyValueNetwork` (the torso given by
---torso), plays --steps agent steps of Pong with random actions in each of --envs envs, and for
+Restores the latest checkpoint of --run_dir into the network its operative_config.gin describes
+(`PolicyValueNetwork`, or `QNetwork` for the DQN family, on its torso), plays --steps agent steps of Pong with random actions in each of --envs envs, and for
 each layer of the torso counts the units that are positive on at least one of those
 observations. A layer with none alive passes nothing upward: the value and the policy no longer
-depend on the observation and no gradient reaches the layer again. Also reports the spread (standard deviation)
-of the value over the observations. Writes benchmarks/results/<name>_dead_units.json.
+depend on the observation and no gradient reaches the layer again. Also reports the spread of the
+network's output over the observations (the value, or the Q values; the standard deviation over
+observations, averaged over the output's units). Writes benchmarks/results/<name>_dead_units.json.
 """
 
 import argparse
 import os
+import re
 import sys
 
 import numpy as np
@@ -28,7 +30,26 @@ from tfaccel.bench import results as results_file  # noqa: E402
 from tfaccel.envs.atari import AtariConfig, AtariEnv  # noqa: E402
 from tfaccel.types import EnvSpec  # noqa: E402
 
-TORSOS = {"a3c": networks.a3c_torso, "nature": networks.nature_torso}
+TORSOS = {"a3c_torso": networks.a3c_torso, "nature_torso": networks.nature_torso}
+
+
+def build_network(run_dir: str, spec: EnvSpec):
+    """The network of the run in `run_dir`, as its operative_config.gin describes it."""
+    with open(os.path.join(run_dir, "operative_config.gin")) as handle:
+        config = handle.read()
+
+    def binding(name: str, default: str) -> str:
+        found = re.search(rf"^{re.escape(name)} = (.+)$", config, re.MULTILINE)
+        return found.group(1).strip() if found else default
+
+    off_policy = binding("run.trainer", "") == "@train_off_policy"
+    trainer = "train_off_policy" if off_policy else "train"
+    torso = TORSOS[binding(f"{trainer}.torso", "@a3c_torso").lstrip("@")]
+    if not off_policy:
+        return networks.PolicyValueNetwork(spec, torso=torso)
+    dueling = binding("train_off_policy.dueling", "False") == "True"
+    atoms = int(binding("DQNConfig.num_atoms", "1"))
+    return networks.QNetwork(spec, torso=torso, dueling=dueling, num_atoms=atoms)
 
 
 def observations(envs: int, steps: int, seed: int) -> tuple[np.ndarray, EnvSpec]:
@@ -47,11 +68,11 @@ def observations(envs: int, steps: int, seed: int) -> tuple[np.ndarray, EnvSpec]
     return np.stack(seen), games[0].spec
 
 
-def alive_units(run_dir: str, torso: str = "a3c", envs: int = 4, steps: int = 200, seed: int = 0):
-    """{layer: {units, alive}}, the value's spread and the checkpoint read, for the latest
+def alive_units(run_dir: str, envs: int = 4, steps: int = 200, seed: int = 0):
+    """{layer: {units, alive}}, the output's spread and the checkpoint read, for the latest
     checkpoint of `run_dir` on `envs` x `steps` observations of random play."""
     frames, spec = observations(envs, steps, seed)
-    network = networks.PolicyValueNetwork(spec, torso=TORSOS[torso])
+    network = build_network(run_dir, spec)
     path = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     if path is None:
         sys.exit(f"error: no checkpoint in {run_dir}/checkpoints")
@@ -66,33 +87,32 @@ def alive_units(run_dir: str, torso: str = "a3c", envs: int = 4, steps: int = 20
                 "units": int(x.shape[-1]),
                 "alive": int(tf.reduce_sum(tf.cast(active, tf.int32))),
             }
-    _, value = network(frames)
-    return layers, float(np.std(value.numpy())), path, len(frames)
+    output = network(frames)
+    output = output[1] if isinstance(output, tuple) else output  # the value, or the Q values
+    spread = np.std(output.numpy().reshape(len(frames), -1), axis=0).mean()
+    return layers, float(spread), path, len(frames)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run_dir", required=True)
     parser.add_argument("--name", required=True, help="results file name")
-    parser.add_argument("--torso", choices=sorted(TORSOS), default="a3c")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=200, help="agent steps per env")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    layers, value_std, path, count = alive_units(
-        args.run_dir, args.torso, args.envs, args.steps, args.seed
-    )
+    layers, spread, path, count = alive_units(args.run_dir, args.envs, args.steps, args.seed)
     document = {
         "run_dir": args.run_dir,
         "checkpoint": path,
         "observations": count,
         "layers": layers,
-        "value_std": value_std,
+        "output_std": spread,
         "command": " ".join(["benchmarks/dead_units.py", *sys.argv[1:]]),
     }
     for name, layer in layers.items():
         print(f"{name}: {layer['alive']} of {layer['units']} units positive on some observation")
-    print(f"value spread over {count} observations: {value_std:.3g}")
+    print(f"output spread over {count} observations: {spread:.3g}")
     out = os.path.join(ROOT, "benchmarks", "results", f"{args.name}_dead_units.json")
     results_file.write_json(out, document)
     print(f"wrote {out}")

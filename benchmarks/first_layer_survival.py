@@ -94,9 +94,9 @@ def main():
                     seed,
                     args.frames,
                 )
-            layers, value_std, _, _ = alive_units(run_dir, steps=100)
+            layers, spread, _, _ = alive_units(run_dir, steps=100)
             row = {"variant": label, "bindings": bindings, "seed": seed}
-            row.update(frames=trained_frames(run_dir), value_std=value_std)
+            row.update(frames=trained_frames(run_dir), value_std=spread)
             row.update({f"{name}_alive": layer["alive"] for name, layer in layers.items()})
             print(row, flush=True)
             rows.append(row)
