@@ -108,7 +108,6 @@ def main():
         "observations": count,
         "layers": layers,
         "output_std": spread,
-        "command": " ".join(["benchmarks/dead_units.py", *sys.argv[1:]]),
     }
     for name, layer in layers.items():
         print(f"{name}: {layer['alive']} of {layer['units']} units positive on some observation")

@@ -101,8 +101,7 @@ def main():
             print(row, flush=True)
             rows.append(row)
     out = os.path.join(ROOT, "benchmarks", "results", args.name)
-    command = ["benchmarks/first_layer_survival.py", *sys.argv[1:]]
-    results_file.write_json(f"{out}.json", {"rows": rows, "command": " ".join(command)})
+    results_file.write_json(f"{out}.json", {"rows": rows})
     plot(rows, [label for label, _ in variants], args.frames, f"{out}.png")
     print(f"wrote {out}.json, {out}.png")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -63,10 +64,11 @@ def value_at(frames: list, values: list, at: float):
 
 
 def write_json(path: str, document: dict) -> None:
-    """Writes `document` plus `command`, `git_revision` and `date` (UTC) to `path`."""
+    """Writes `document` plus `command` (this process's, quoted for a shell), `git_revision` and
+    `date` (UTC) to `path`."""
     stamped = dict(
         document,
-        command=" ".join(sys.argv),
+        command=shlex.join(sys.argv),
         git_revision=git_revision(),
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
