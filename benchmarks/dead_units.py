@@ -14,6 +14,7 @@ observations, averaged over the output's units). Writes benchmarks/results/<name
 """
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -44,7 +45,9 @@ def build_network(run_dir: str, spec: EnvSpec):
 
     off_policy = binding("run.trainer", "") == "@train_off_policy"
     trainer = "train_off_policy" if off_policy else "train"
-    torso = TORSOS[binding(f"{trainer}.torso", "@a3c_torso").lstrip("@")]
+    torso_name = binding(f"{trainer}.torso", "@a3c_torso").lstrip("@")
+    center = binding(f"{torso_name}.center_frames", "False") == "True"
+    torso = functools.partial(TORSOS[torso_name], center_frames=center)
     if not off_policy:
         return networks.PolicyValueNetwork(spec, torso=torso)
     dueling = binding("train_off_policy.dueling", "False") == "True"

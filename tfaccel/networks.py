@@ -50,11 +50,38 @@ def mlp_torso(units: tuple[int, ...] = (64, 64)) -> list[keras.layers.Layer]:
     ]
 
 
-def a3c_torso() -> list[keras.layers.Layer]:
+class CenterFrames(keras.layers.Layer):
+    """Subtracts from each frame of each observation its mean pixel: [B, H, W, C] -> the same
+    shape, each [b, :, :, c] slice with mean 0 (the mean is taken in float32).
+
+    Why: frames scaled to [0, 1] are all non-negative, so the gradient of a first-layer filter's
+    weights is a sum of non-negative inputs times one error per position, and under Adam's
+    sign-like steps the filter's weights tend to move together; once the bias and the weights
+    are negative enough, the unit is negative on every frame and never gets a gradient again
+    (README, "First layers"). Centered inputs take both signs.
+
+    Example: a 1x2 frame [0.2, 0.6] becomes [-0.2, 0.2].
+    """
+
+    def call(self, x):
+        mean = tf.reduce_mean(tf.cast(x, tf.float32), axis=[1, 2], keepdims=True)  # [B, 1, 1, C]
+        return x - tf.cast(mean, x.dtype)
+
+
+def _first_layers(center_frames: bool) -> list[keras.layers.Layer]:
+    return [CenterFrames(name="center_frames")] if center_frames else []
+
+
+def a3c_torso(center_frames: bool = False) -> list[keras.layers.Layer]:
     """New layers of the A3C torso (each call builds fresh ones: the DQN learner calls it twice,
     for the network and its target). A torso maps floats in [0, 1], [B, H, W, C], to features
-    [B, F]; any such factory can replace it (`train.torso`, see docs/extending.md)."""
-    return [
+    [B, F]; any such factory can replace it (`train.torso`, see docs/extending.md).
+
+    Args:
+        center_frames: subtract each frame's mean pixel before the first convolution
+            (`CenterFrames`; off in the papers, which feed frames in [0, 1]).
+    """
+    return _first_layers(center_frames) + [
         keras.layers.Conv2D(16, 8, strides=4, activation="relu", name="conv1"),
         keras.layers.Conv2D(32, 4, strides=2, activation="relu", name="conv2"),
         keras.layers.Flatten(name="flatten"),
@@ -62,9 +89,9 @@ def a3c_torso() -> list[keras.layers.Layer]:
     ]
 
 
-def nature_torso() -> list[keras.layers.Layer]:
-    """New layers of the Nature DQN torso (the contract of `a3c_torso`)."""
-    return [
+def nature_torso(center_frames: bool = False) -> list[keras.layers.Layer]:
+    """New layers of the Nature DQN torso (the contract and the option of `a3c_torso`)."""
+    return _first_layers(center_frames) + [
         keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv1"),
         keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv2"),
         keras.layers.Conv2D(64, 3, strides=1, activation="relu", name="conv3"),

@@ -1,0 +1,84 @@
+"""The torsos' option to center each frame (`center_frames`): its math, what the network then
+ignores, the same variables as without it, and its SavedModel."""
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfaccel import export, networks, runner  # noqa: F401 (runner registers the torsos with gin)
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.networks import CenterFrames, PolicyValueNetwork, QNetwork
+from tfaccel.types import ArraySpec, EnvSpec
+
+SPEC = EnvSpec(ArraySpec((104, 80, 4), np.uint8), 6)
+
+
+def observations(n=8, seed=0):
+    """uint8 frames in [20, 200), so that adding a constant up to 50 stays in range."""
+    return np.random.default_rng(seed).integers(20, 200, (n, 104, 80, 4), dtype=np.uint8)
+
+
+def test_center_frames_worked_example():
+    frame = tf.constant([[[[0.2], [0.6]]]])  # [B=1, H=1, W=2, C=1]
+    np.testing.assert_allclose(CenterFrames()(frame).numpy().ravel(), [-0.2, 0.2], atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_frame_of_every_observation_has_mean_zero(dtype):
+    x = tf.cast(observations(3) / 255.0, dtype)
+    centered = tf.cast(CenterFrames()(x), tf.float32).numpy()
+    expected = observations(3) / 255.0
+    expected = expected - expected.mean(axis=(1, 2), keepdims=True)
+    tolerance = 1e-5 if dtype == "float32" else 1e-2  # bfloat16 keeps 8 bits of mantissa
+    np.testing.assert_allclose(centered, expected, atol=tolerance)
+    assert np.abs(centered.mean(axis=(1, 2))).max() < tolerance
+
+
+@pytest.mark.parametrize("network_class", [PolicyValueNetwork, QNetwork])
+@pytest.mark.parametrize("torso", [networks.a3c_torso, networks.nature_torso])
+def test_a_centered_network_ignores_a_frames_brightness(network_class, torso):
+    keras.utils.set_random_seed(0)
+    brighter = observations().copy()
+    brighter[..., 2] += 50  # one frame of the stack, every pixel
+    for center, same in ((True, True), (False, False)):
+        network = network_class(SPEC, torso=lambda c=center: torso(center_frames=c))
+        first, second = network(observations()), network(brighter)
+        first, second = tf.nest.flatten(first), tf.nest.flatten(second)
+        close = all(np.allclose(a, b, atol=1e-5) for a, b in zip(first, second, strict=True))
+        assert close == same, f"center_frames={center}"
+
+
+def test_centering_adds_no_variables():
+    """A checkpoint of a network without the option restores into one with it, and back."""
+    plain = PolicyValueNetwork(SPEC, torso=networks.a3c_torso)
+    centered = PolicyValueNetwork(SPEC, torso=lambda: networks.a3c_torso(center_frames=True))
+    assert [w.shape for w in plain.weights] == [w.shape for w in centered.weights]
+    for source, target in ((plain, centered), (centered, plain)):
+        for a, b in zip(source.weights, target.weights, strict=True):
+            b.assign(a)
+        np.testing.assert_allclose(
+            source.torso.layers[-1].kernel.numpy(), target.torso.layers[-1].kernel.numpy()
+        )
+
+
+def test_the_gin_binding_reaches_the_torso():
+    gin.clear_config()
+    try:
+        gin.parse_config("a3c_torso.center_frames = True")
+        layers = gin.get_configurable("a3c_torso")()
+        assert isinstance(layers[0], CenterFrames)
+    finally:
+        gin.clear_config()
+    assert not isinstance(gin.get_configurable("a3c_torso")()[0], CenterFrames)
+
+
+def test_a_centered_policy_exports_and_reloads(tmp_path):
+    keras.utils.set_random_seed(1)
+    network = PolicyValueNetwork(SPEC, torso=lambda: networks.a3c_torso(center_frames=True))
+    path = str(tmp_path / "policy")
+    export.export_policy(network, AtariConfig(game="pong"), path)
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    logits = served(observation=tf.constant(observations()))["logits"]
+    np.testing.assert_allclose(logits.numpy(), network(observations())[0].numpy(), atol=1e-5)
