@@ -22,6 +22,7 @@ def evaluate(
     episodes: int,
     *,
     epsilon: float = 0.0,
+    sample: bool = False,
     sticky_action_prob: float = 0.0,
     noop_max: int = 30,
     max_agent_steps: int = 27_000,
@@ -35,11 +36,13 @@ def evaluate(
     Args:
         policy_dir: a directory written by `tfaccel.export.export_policy`.
         episodes: number of full games, played one after another.
-        epsilon: probability of a uniformly random action instead of the greedy one.
+        epsilon: probability of a uniformly random action instead of the policy's.
+        sample: draw the actions from the policy's logits (a policy-gradient policy as it
+            trained) instead of taking the greedy one.
         sticky_action_prob: per-frame probability that the emulator repeats the last action.
         noop_max: a game starts with 1..noop_max random no-op frames (0: none).
         max_agent_steps: a game ends after this many agent steps.
-        seed: seeds the emulator, the no-ops and the epsilon draws.
+        seed: seeds the emulator, the no-ops, the epsilon draws and the samples.
         gif: where to write an animated GIF of the first game (None: no GIF).
         gif_every: the GIF shows every k-th agent step.
         mp4: where to write an H.264 video of the first game, every agent step in real time
@@ -47,12 +50,13 @@ def evaluate(
 
     Returns:
         `episodes`, `mean`, `std`, `min`, `max` of the raw scores, `scores` and `lengths` (agent
-        steps) per game, `policy_dir`, `game`, and with a GIF `gif` (path, frames, frame_ms),
+        steps) per game, `policy_dir`, `game`, `actions` (`greedy` or `sampled`), and with a GIF `gif` (path, frames, frame_ms),
         with an MP4 `mp4` (path, frames, fps).
 
     Raises:
         ValueError: a setting is out of range, the policy directory is missing or not a tfaccel
-            Atari policy, a video's directory does not exist, or `mp4` without imageio-ffmpeg.
+            Atari policy, `sample` on a policy without logits, a video's directory does not
+            exist, or `mp4` without imageio-ffmpeg.
     """
     _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed)
     if gif_every < 1:
@@ -69,6 +73,11 @@ def evaluate(
             f"{policy_dir} describes no Atari preprocessing (it was exported without an "
             "env_config), so it cannot be evaluated on Atari"
         )
+    if sample and metadata["head"] != "logits":
+        raise ValueError(
+            f"sampling needs a policy-gradient policy (a `logits` head); {policy_dir} has "
+            f"`{metadata['head']}`: play it greedily, with epsilon for exploration"
+        )
     policy, _ = policy_client.load_policy(policy_dir)
     record_every = 1 if mp4 else gif_every if gif else 0  # a GIF takes every k-th of them
     records = policy_client.play_games(
@@ -77,6 +86,7 @@ def evaluate(
         episodes,
         seed=seed,
         epsilon=epsilon,
+        sample=sample,
         record_every=record_every,
         sticky_action_prob=sticky_action_prob,
         noop_max=noop_max,
@@ -93,6 +103,7 @@ def evaluate(
         lengths=[record.length for record in records],
         policy_dir=os.path.abspath(policy_dir),
         game=preprocessing["game"],
+        actions="sampled" if sample else "greedy",
     )
     screens = records[0].frames
     if gif:

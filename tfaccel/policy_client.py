@@ -337,6 +337,16 @@ class GameRecord(NamedTuple):
     frames: list[np.ndarray]
 
 
+def sample_action(logits: np.ndarray, rng: np.random.Generator) -> int:
+    """One action drawn from softmax(`logits` [A]), by the Gumbel-max trick: the argmax of the
+    logits plus independent Gumbel noise is distributed as the softmax.
+
+    Example: logits [0, log 3] give action 1 three times in four, on average.
+    """
+    logits = np.asarray(logits, np.float64)
+    return int(np.argmax(logits + rng.gumbel(size=logits.shape)))
+
+
 def play_games(
     policy: Callable[[np.ndarray], dict[str, np.ndarray]],
     preprocessing: dict,
@@ -344,17 +354,23 @@ def play_games(
     *,
     seed: int = 0,
     epsilon: float = 0.0,
+    sample: bool = False,
     record_every: int = 0,
     **overrides,
 ) -> list[GameRecord]:
-    """Plays full games one after another, epsilon-greedy on the policy's `action` output.
+    """Plays full games one after another, epsilon-greedy on the policy's `action` output, or
+    with actions drawn from its `logits`.
 
     Args:
-        policy: maps observations [1, H, W, C] uint8 to a dict with `action` [1].
+        policy: maps observations [1, H, W, C] uint8 to a dict with `action` [1] (and `logits`
+            [1, A] to sample).
         preprocessing: the `preprocessing` entry of `tfaccel_policy.json`.
         episodes: number of games.
-        seed: seeds the game (see `AtariGame`) and, with 1 appended, the epsilon draws.
+        seed: seeds the game (see `AtariGame`) and, with 1 appended, the epsilon draws and the
+            samples.
         epsilon: probability of a uniformly random action at each step.
+        sample: draw each action from softmax(logits) (a policy-gradient policy as it was
+            trained) instead of taking the greedy one.
         record_every: with k > 0, the first game keeps its RGB screen at the start and after
             every k-th agent step (1 + length // k frames).
         **overrides: settings that replace the preprocessing's (see `AtariGame`).
@@ -372,6 +388,8 @@ def play_games(
         while not game.over:
             if epsilon > 0 and rng.random() < epsilon:
                 action = int(rng.integers(game.num_actions))
+            elif sample:
+                action = sample_action(policy(observation[None])["logits"][0], rng)
             else:
                 action = int(policy(observation[None])["action"][0])
             observation, _ = game.step(action)
@@ -387,13 +405,21 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epsilon", type=float, default=0.0)
+    parser.add_argument("--sample", action="store_true", help="draw actions from the logits")
     args = parser.parse_args()
     try:
         policy, metadata = load_policy(args.policy_dir)
         if metadata.get("preprocessing") is None:
             raise ValueError(f"{args.policy_dir} describes no Atari preprocessing")
+        if args.sample and metadata["head"] != "logits":
+            raise ValueError(f"--sample needs a policy with logits, not {metadata['head']}")
         records = play_games(
-            policy, metadata["preprocessing"], args.episodes, seed=args.seed, epsilon=args.epsilon
+            policy,
+            metadata["preprocessing"],
+            args.episodes,
+            seed=args.seed,
+            epsilon=args.epsilon,
+            sample=args.sample,
         )
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None

@@ -1,4 +1,5 @@
-"""bin/eval on an exported policy: JSON scores, a GIF, and one clear line for user errors."""
+"""bin/eval on an exported policy: JSON scores, a GIF, sampled actions, and one clear line for
+user errors."""
 
 import json
 import os
@@ -6,12 +7,13 @@ import subprocess
 import sys
 
 import imageio_ffmpeg
+import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
-from tfaccel import export
+from tfaccel import export, policy_client
 from tfaccel.envs.atari import AtariConfig
-from tfaccel.networks import PolicyValueNetwork
+from tfaccel.networks import PolicyValueNetwork, QNetwork, a3c_torso
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,3 +81,44 @@ def test_user_errors_end_with_one_line(args, message):
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.strip().startswith(message), result.stderr
     assert result.stdout == ""
+
+
+def test_sample_action_follows_the_softmax():
+    rng = np.random.default_rng(0)
+    logits = np.log([1.0, 3.0, 6.0])  # softmax: 0.1, 0.3, 0.6
+    draws = np.array([policy_client.sample_action(logits, rng) for _ in range(20_000)])
+    frequencies = np.bincount(draws, minlength=3) / len(draws)
+    np.testing.assert_allclose(frequencies, [0.1, 0.3, 0.6], atol=0.015)  # > 4 sigma
+    assert policy_client.sample_action(np.array([0.0, 50.0, 0.0]), rng) == 1
+
+
+def test_games_played_with_samples_take_other_actions_than_greedy(monkeypatch):
+    taken = []
+    step = policy_client.AtariGame.step
+    monkeypatch.setattr(
+        policy_client.AtariGame, "step", lambda game, action: (taken.append(action), step(game, action))[1]
+    )  # fmt: skip
+    logits = np.log([[1.0, 1.0, 1.0, 1.0, 2.0, 4.0]])  # [1, 6]: the greedy action is 5
+    policy = lambda observation: {"action": np.array([5]), "logits": logits}  # noqa: E731
+    preprocessing = AtariConfig(game="pong").describe()
+    played = {}
+    for sample in (False, True):
+        taken.clear()
+        policy_client.play_games(policy, preprocessing, 1, sample=sample, max_agent_steps=400)
+        played[sample] = np.bincount(taken, minlength=6) / len(taken)
+    assert played[False][5] == 1.0
+    np.testing.assert_allclose(played[True], np.exp(logits[0]) / 10, atol=0.1)  # 400 draws
+
+
+def test_eval_samples_a_policy_gradient_policy_and_refuses_a_q_policy(pong_policy, tmp_path):
+    result = run(f"--policy_dir={pong_policy}", "--episodes=1", "--max_agent_steps=50", "--sample")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["actions"] == "sampled"
+    config = AtariConfig(game="pong")
+    q_policy = str(tmp_path / "q_policy")
+    export.export_policy(
+        QNetwork(config(0).spec, torso=a3c_torso), config, q_policy, head="q_values"
+    )
+    result = run(f"--policy_dir={q_policy}", "--episodes=1", "--sample")
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.strip().startswith("error: sampling needs a policy-gradient policy")
