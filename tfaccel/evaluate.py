@@ -50,8 +50,8 @@ def evaluate(
 
     Returns:
         `episodes`, `mean`, `std`, `min`, `max` of the raw scores, `scores` and `lengths` (agent
-        steps) per game, `policy_dir`, `game`, `actions` (`greedy` or `sampled`), and with a GIF `gif` (path, frames, frame_ms),
-        with an MP4 `mp4` (path, frames, fps).
+        steps) per game, `policy_dir`, `game`, `actions` (`greedy` or `sampled`), and with a GIF
+        `gif` (path, frames, frame_ms), with an MP4 `mp4` (path, frames, fps).
 
     Raises:
         ValueError: a setting is out of range, the policy directory is missing or not a tfaccel
