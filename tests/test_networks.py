@@ -1,5 +1,5 @@
 """The torsos' option to center each frame (`center_frames`): its math, what the network then
-ignores, the same variables as without it, and its SavedModel."""
+ignores, the same variables as without it, the gin binding, and its SavedModel."""
 
 import gin
 import keras
@@ -51,16 +51,17 @@ def test_a_centered_network_ignores_a_frames_brightness(network_class, torso):
 
 
 def test_centering_adds_no_variables():
-    """A checkpoint of a network without the option restores into one with it, and back."""
+    """The same variables in the same order: the option changes the function, not the weights
+    (an optimizer's slots, which follow that order, line up)."""
     plain = PolicyValueNetwork(SPEC, torso=networks.a3c_torso)
     centered = PolicyValueNetwork(SPEC, torso=lambda: networks.a3c_torso(center_frames=True))
-    assert [w.shape for w in plain.weights] == [w.shape for w in centered.weights]
-    for source, target in ((plain, centered), (centered, plain)):
-        for a, b in zip(source.weights, target.weights, strict=True):
-            b.assign(a)
-        np.testing.assert_allclose(
-            source.torso.layers[-1].kernel.numpy(), target.torso.layers[-1].kernel.numpy()
-        )
+    shapes = [tuple(w.shape) for w in plain.trainable_weights]
+    assert shapes == [tuple(w.shape) for w in centered.trainable_weights]
+    assert len(plain.weights) == len(centered.weights) == 10  # 2 conv, fc, 2 heads; kernel + bias
+    assert [type(layer).__name__ for layer in centered.torso.layers][:2] == [
+        "CenterFrames",
+        "Conv2D",
+    ]
 
 
 def test_the_gin_binding_reaches_the_torso():
