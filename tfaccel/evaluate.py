@@ -73,11 +73,8 @@ def evaluate(
             f"{policy_dir} describes no Atari preprocessing (it was exported without an "
             "env_config), so it cannot be evaluated on Atari"
         )
-    if sample and metadata["head"] != "logits":
-        raise ValueError(
-            f"sampling needs a policy-gradient policy (a `logits` head); {policy_dir} has "
-            f"`{metadata['head']}`: play it greedily, with epsilon for exploration"
-        )
+    if sample:
+        policy_client.check_can_sample(metadata, policy_dir)
     policy, _ = policy_client.load_policy(policy_dir)
     record_every = 1 if mp4 else gif_every if gif else 0  # a GIF takes every k-th of them
     records = policy_client.play_games(

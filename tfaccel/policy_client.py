@@ -347,6 +347,16 @@ def sample_action(logits: np.ndarray, rng: np.random.Generator) -> int:
     return int(np.argmax(logits + rng.gumbel(size=logits.shape)))
 
 
+def check_can_sample(metadata: dict, policy_dir: str) -> None:
+    """Raises ValueError unless the policy in `policy_dir` (its json: `metadata`) has logits to
+    sample from."""
+    if metadata["head"] != "logits":
+        raise ValueError(
+            f"sampling needs a policy-gradient policy (a `logits` head); {policy_dir} has "
+            f"`{metadata['head']}`: play it greedily, with epsilon for exploration"
+        )
+
+
 def play_games(
     policy: Callable[[np.ndarray], dict[str, np.ndarray]],
     preprocessing: dict,
@@ -411,8 +421,8 @@ def main() -> None:
         policy, metadata = load_policy(args.policy_dir)
         if metadata.get("preprocessing") is None:
             raise ValueError(f"{args.policy_dir} describes no Atari preprocessing")
-        if args.sample and metadata["head"] != "logits":
-            raise ValueError(f"--sample needs a policy with logits, not {metadata['head']}")
+        if args.sample:
+            check_can_sample(metadata, args.policy_dir)
         records = play_games(
             policy,
             metadata["preprocessing"],
