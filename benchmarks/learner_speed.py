@@ -5,15 +5,17 @@
 
 Times one compiled C51 update (the Nature CNN on 104x80x4 Pong frames, 6 actions x 51 atoms,
 Adam, gradient clipping; `dqn.loss` with its target network) on random batches, for batch 32 and
-256 in float32 and mixed bfloat16, and reports training samples/s. The work of one sample is
-counted from the layer shapes: the online network's forward pass, its backward pass (twice the
-forward, less the first convolution's input gradient, which nothing needs) and the target
-network's forward pass. The ceiling is a large matrix product in the same dtype on all cores,
-timed in the same run: `x peak` is the share of it the update reaches. First, the optimizer step
-alone: Keras's Adam against `learner.FusedAdam` on the same 2M parameters.
+256 in float32 and mixed bfloat16 (and at 256 with `center_frames`), and reports training
+samples/s. The work of one sample is counted from the layer shapes: the online network's forward
+pass, its backward pass (twice the forward, less the first convolution's input gradient, which
+nothing needs) and the target network's forward pass. The ceiling is a large matrix product in
+the same dtype on all cores, timed in the same run: `x peak` is the share of it the update
+reaches. First, the optimizer step alone: Keras's Adam against `learner.FusedAdam` on the same
+2M parameters.
 """
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -81,11 +83,14 @@ def adam_seconds(optimizer: keras.Optimizer, seconds: float) -> float:
     return timed(apply, seconds)
 
 
-def update_seconds(batch_size: int, seconds: float) -> tuple[float, keras.Model]:
+def update_seconds(
+    batch_size: int, seconds: float, center_frames: bool = False
+) -> tuple[float, keras.Model]:
     config = dqn.DQNConfig(num_atoms=51)
 
     def make_network():
-        return networks.QNetwork(SPEC, num_atoms=51)
+        torso = functools.partial(networks.nature_torso, center_frames=center_frames)
+        return networks.QNetwork(SPEC, torso=torso, num_atoms=51)
 
     agent = learner.Learner(
         make_network,
@@ -122,13 +127,14 @@ def main():
     for policy, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
         networks.set_precision(policy)
         peak = matmul_flops(dtype, args.seconds / 3)
-        for batch_size in (32, 256):
-            step, network = update_seconds(batch_size, args.seconds)
+        for batch_size, center_frames in ((32, False), (256, False), (256, True)):
+            step, network = update_seconds(batch_size, args.seconds, center_frames)
             forward, first = forward_flops(network)
             per_sample = forward + (2 * forward - first) + forward
             row = {
                 "precision": policy,
                 "batch_size": batch_size,
+                "center_frames": center_frames,
                 "update_ms": step * 1e3,
                 "samples_per_s": batch_size / step,
                 "gflop_per_sample": per_sample / 1e9,
@@ -138,7 +144,8 @@ def main():
             row["x_peak"] = row["gflops"] / row["matmul_peak_gflops"]
             results.append(row)
             print(
-                f"{policy:15s} batch {batch_size:3d}: {row['update_ms']:6.1f} ms/update, "
+                f"{policy:15s} batch {batch_size:3d}{' centered' if center_frames else '':9s}: "
+                f"{row['update_ms']:6.1f} ms/update, "
                 f"{row['samples_per_s']:6.0f} samples/s, {row['gflops']:5.1f} GFLOP/s "
                 f"({row['x_peak']:.2f} x a {row['matmul_peak_gflops']:.0f} GFLOP/s matmul)",
                 flush=True,

@@ -1,5 +1,6 @@
-"""The torsos' option to center each frame (`center_frames`): its math, what the network then
-ignores, the same variables as without it, the gin binding, and its SavedModel."""
+"""How the networks prepare frames (scaled to [0, 1]) and the torsos' option to center each
+frame (`center_frames`): its math, what the network then ignores, the same variables as without
+it, the gin binding, and its SavedModel."""
 
 import gin
 import keras
@@ -34,6 +35,24 @@ def test_every_frame_of_every_observation_has_mean_zero(dtype):
     tolerance = 1e-5 if dtype == "float32" else 1e-2  # bfloat16 keeps 8 bits of mantissa
     np.testing.assert_allclose(centered, expected, atol=tolerance)
     assert np.abs(centered.mean(axis=(1, 2))).max() < tolerance
+
+
+def test_frames_of_unknown_size_are_centered_alike():
+    x = tf.constant(observations(2) / 255.0, tf.float32)
+    layer = CenterFrames()
+    unknown = tf.function(layer, input_signature=[tf.TensorSpec([None, None, None, 4])])
+    np.testing.assert_allclose(unknown(x).numpy(), layer(x).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_frames_are_scaled_to_the_unit_interval_and_other_inputs_pass_as_they_are(dtype):
+    frames = np.array([[0, 1, 128, 254, 255]], np.uint8)
+    scaled = networks._scaled(tf.constant(frames), dtype)
+    assert scaled.dtype == dtype
+    tolerance = 1e-7 if dtype == "float32" else 2e-3  # bfloat16: half a step of 8 bits at 1.0
+    np.testing.assert_allclose(tf.cast(scaled, tf.float32).numpy(), frames / 255.0, atol=tolerance)
+    vector = networks._scaled(tf.constant([[3.0, -2.0]]), dtype)
+    np.testing.assert_array_equal(tf.cast(vector, tf.float32).numpy(), [[3.0, -2.0]])
 
 
 @pytest.mark.parametrize("network_class", [PolicyValueNetwork, QNetwork])
