@@ -17,9 +17,11 @@ import functools
 import os
 import signal
 import time
+import tokenize
 
 import gin
 import numpy as np
+from gin import config_parser
 
 from tfaccel import checkpoint, console, evaluate, export, learner, networks
 from tfaccel.algorithms import a2c, dqn, ppo
@@ -145,16 +147,84 @@ def report_faults(pool, log) -> None:
         log.message(f"warning: {fault}")
 
 
+class _TextDelegate(config_parser.ParserDelegate):
+    """Keeps references (`@name`, `@name()`) and macros (`%name`) of a gin file as text, so a
+    file can be read without the configurables it names being registered."""
+
+    def configurable_reference(self, scoped_name, evaluate):
+        return f"@{scoped_name}()" if evaluate else f"@{scoped_name}"
+
+    def macro(self, name):
+        return f"%{name}"
+
+
+def gin_settings(text: str) -> dict[str, object]:
+    """The bindings of a gin file (e.g. an `operative_config.gin`) as `{"scope/name.arg": value}`."""
+    settings = {}
+    for statement in config_parser.ConfigParser(text, _TextDelegate()):
+        if isinstance(statement, config_parser.BindingStatement):
+            scope = f"{statement.scope}/" if statement.scope else ""
+            settings[f"{scope}{statement.selector}.{statement.arg_name}"] = statement.value
+    return settings
+
+
+def changed_settings(before: str, after: str) -> list[str]:
+    """What differs between two gin files, one `name: old -> new` per binding (`unset` where a
+    file lacks it), sorted by name."""
+    old, new = gin_settings(before), gin_settings(after)
+
+    def shown(settings, name):
+        return repr(settings[name]) if name in settings else "unset"
+
+    return [
+        f"{name}: {shown(old, name)} -> {shown(new, name)}"
+        for name in sorted(old.keys() | new.keys())
+        if name not in old or name not in new or old[name] != new[name]
+    ]
+
+
+def _note_changed_settings(config_path: str, config: str, frames: int, log) -> None:
+    """Warns when `config` differs from the run's `operative_config.gin` at `config_path`, and
+    then keeps that file as `operative_config.<frames>.gin` (see `resume`)."""
+    with open(config_path) as handle:
+        previous = handle.read()
+    kept, again = os.path.join(os.path.dirname(config_path), f"operative_config.{frames}.gin"), 1
+    while os.path.exists(kept):  # resumed at these frames before: keep that file as well
+        again += 1
+        kept = os.path.join(os.path.dirname(config_path), f"operative_config.{frames}-{again}.gin")
+    try:
+        changes = changed_settings(previous, config)
+    except (SyntaxError, ValueError, tokenize.TokenError) as error:  # hand-edited or cut off
+        os.replace(config_path, kept)
+        log.message(f"warning: the run's previous settings ({kept}) are not readable gin: {error}")
+        return
+    if changes:
+        os.replace(config_path, kept)
+        log.message(
+            f"warning: resumed with {len(changes)} setting(s) changed since the run last ran "
+            f"(its settings then: {kept}): " + "; ".join(changes)
+        )
+
+
 def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
     """Restores the latest checkpoint (if any; returns its path), writes the run's
     `operative_config.gin`, and rewinds metrics.csv and eval.csv to the restored frames, so the
-    rows of work lost since that checkpoint are logged once, by the resumed run."""
+    rows of work lost since that checkpoint are logged once, by the resumed run.
+
+    A run resumed with other settings than it last ran with (a longer `total_frames`, another
+    rate, or a network option that adds no variable, which the checkpoint cannot tell) goes on
+    with the new ones, after a warning naming each change; the previous operative config is
+    kept as `operative_config.<frames>.gin`."""
     tick = time.perf_counter()
     restored = saver.restore()
     restore_seconds = time.perf_counter() - tick
-    with open(os.path.join(run_dir, "operative_config.gin"), "w") as handle:
-        handle.write(gin.operative_config_str() + getattr(team, "operative_config", ""))
     frames = int(counters.agent_steps) * frame_skip
+    config_path = os.path.join(run_dir, "operative_config.gin")
+    config = gin.operative_config_str() + getattr(team, "operative_config", "")
+    if restored and os.path.exists(config_path):
+        _note_changed_settings(config_path, config, frames, logs[0])
+    with open(config_path, "w") as handle:
+        handle.write(config)
     for log in logs:
         log.rewind(frames)
     for path, reason in saver.skipped:

@@ -67,6 +67,13 @@ def test_same_command_resumes_counters_and_csv(tmp_path):
     second = train(tmp_path, *SMOKE)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout
+    (kept,) = tmp_path.glob("operative_config.*.gin")  # the first run's settings, kept
+    assert (
+        f"warning: resumed with 1 setting(s) changed since the run last ran (its settings then: "
+        f"{kept}): train.total_frames: 1000 -> 2000"
+    ) in second.stdout
+    assert "train.total_frames = 1000" in kept.read_text()
+    assert "train.total_frames = 2000" in (tmp_path / "operative_config.gin").read_text()
     table = rows(tmp_path)
     frames = [int(row["env_frames"]) for row in table]
     assert frames == sorted(frames) and frames[0] < 1200 < 2000 <= frames[-1] < 2100
@@ -75,6 +82,7 @@ def test_same_command_resumes_counters_and_csv(tmp_path):
     assert open(tmp_path / "metrics.csv").read().count("env_frames") == 1  # one header
     again = train(tmp_path, *SMOKE)  # nothing left to do: says so and trains no further
     assert again.returncode == 0 and "the run is complete" in again.stdout
+    assert "setting(s) changed" not in again.stdout  # the same settings: nothing to say
     assert len(rows(tmp_path)) == len(table)
 
 
