@@ -5,8 +5,8 @@
 
 For 512 Pong observations (104x80x4, the online and target inputs of a batch-256 update) in
 float32 and bfloat16: scaling to [0, 1] and centering each frame (`CenterFrames`), written with
-TensorFlow's ops one after the other (how tfaccel did it before) against what `networks` does
-now (one XLA pass for the elementwise work, the mean as an average pool). Each is timed inside a
+TensorFlow's ops one after the other against what `networks` does (the same ops in float32; in
+bfloat16, XLA-compiled passes computing in float32). Each is timed inside a
 `tf.function` followed by the Nature network's first convolution, as the learner calls it (a
 preprocessing timed alone would be timed copying its output out); the convolution alone on
 frames already scaled is timed too, and subtracted: `*_ms` is the preprocessing's share.

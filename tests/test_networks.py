@@ -14,6 +14,7 @@ from tfaccel.networks import CenterFrames, PolicyValueNetwork, QNetwork
 from tfaccel.types import ArraySpec, EnvSpec
 
 SPEC = EnvSpec(ArraySpec((104, 80, 4), np.uint8), 6)
+POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}  # a layer's policy per dtype
 
 
 def observations(n=8, seed=0):
@@ -27,21 +28,25 @@ def test_center_frames_worked_example():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_every_frame_of_every_observation_has_mean_zero(dtype):
-    x = tf.cast(observations(3) / 255.0, dtype)
-    centered = tf.cast(CenterFrames()(x), tf.float32).numpy()
-    expected = observations(3) / 255.0
-    expected = expected - expected.mean(axis=(1, 2), keepdims=True)
+@pytest.mark.parametrize("compiled", [False, True])  # in a graph, oneDNN may pick other kernels
+def test_every_frame_of_every_observation_has_mean_zero(dtype, compiled):
+    frames = np.random.default_rng(3).integers(0, 256, (3, 104, 80, 4)) / 255.0
+    layer = CenterFrames(dtype=POLICIES[dtype])
+    centered = (tf.function(layer) if compiled else layer)(tf.cast(frames, dtype))
+    assert centered.dtype == dtype  # computed in that dtype, not cast back to float32 by Keras
+    centered = tf.cast(centered, tf.float32)
+    expected = frames - frames.mean(axis=(1, 2), keepdims=True)
     tolerance = 1e-5 if dtype == "float32" else 1e-2  # bfloat16 keeps 8 bits of mantissa
-    np.testing.assert_allclose(centered, expected, atol=tolerance)
-    assert np.abs(centered.mean(axis=(1, 2))).max() < tolerance
+    np.testing.assert_allclose(centered.numpy(), expected, atol=tolerance)
+    assert np.abs(centered.numpy().mean(axis=(1, 2))).max() < tolerance
 
 
-def test_frames_of_unknown_size_are_centered_alike():
-    x = tf.constant(observations(2) / 255.0, tf.float32)
-    layer = CenterFrames()
-    unknown = tf.function(layer, input_signature=[tf.TensorSpec([None, None, None, 4])])
-    np.testing.assert_allclose(unknown(x).numpy(), layer(x).numpy(), atol=1e-6)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_frames_of_unknown_size_are_centered_alike(dtype):
+    x = tf.cast(observations(2) / 255.0, dtype)
+    layer = CenterFrames(dtype=POLICIES[dtype])
+    unknown = tf.function(layer, input_signature=[tf.TensorSpec([None, None, None, 4], dtype)])
+    np.testing.assert_array_equal(unknown(x).numpy(), layer(x).numpy())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -102,3 +107,18 @@ def test_a_centered_policy_exports_and_reloads(tmp_path):
     served = tf.saved_model.load(path).signatures["serving_default"]
     logits = served(observation=tf.constant(observations()))["logits"]
     np.testing.assert_allclose(logits.numpy(), network(observations())[0].numpy(), atol=1e-5)
+
+
+def test_bfloat16_is_flagged_where_the_machine_would_emulate_it():
+    def warn(policy="mixed_bfloat16", flags=("avx2", "fma"), gpus=()):
+        return networks.precision_warning(policy, lambda: set(flags), lambda: list(gpus))
+
+    assert "without AVX-512 BF16 or AMX" in warn() and "'float32'" in warn()
+    assert warn(flags=("avx2", "avx512_bf16")) is None
+    assert warn(flags=("avx2", "amx_bf16", "amx_tile")) is None
+    assert warn(policy="float32") is None  # float32 is never emulated
+    assert networks.precision_warning("mixed_bfloat16", lambda: None, lambda: []) is None  # unknown
+    turing, ampere = ("Tesla T4", (7, 5)), ("NVIDIA A100", (8, 0))
+    assert warn(gpus=[ampere]) is None  # the GPU does the work: the CPU's flags do not matter
+    assert "Tesla T4 (7.5)" in warn(gpus=[ampere, turing], flags=("amx_bf16",))
+    assert warn(gpus=[("GPU 0", None)]) is None  # capability not told: no claim

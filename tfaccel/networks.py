@@ -37,26 +37,84 @@ def set_precision(policy: str = "float32") -> None:
     keras.mixed_precision.set_global_policy(policy)
 
 
+def _cpu_flags() -> set[str] | None:
+    """The CPU's feature flags (Linux's /proc/cpuinfo), or None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def _gpu_capabilities() -> list[tuple[str, tuple[int, int] | None]]:
+    """Each local GPU's name and CUDA compute capability (None where TensorFlow does not tell)."""
+    found = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        found.append((details.get("device_name", gpu.name), details.get("compute_capability")))
+    return found
+
+
+def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu_capabilities):
+    """Why `policy` (default: the one set) would slow this machine down, or None.
+
+    `mixed_bfloat16` pays on GPUs of compute capability 8.0 and newer and on CPUs with AVX-512
+    BF16 or AMX. Elsewhere TensorFlow emulates bfloat16: on a 2-core AVX2 CPU (AMD EPYC) the C51
+    update at batch 256 trained 181 samples/s in bfloat16 against 897 in float32
+    (benchmarks/results/learner_speed_avx2.json). `cpu_flags` and `gpus` read this machine;
+    tests pass others.
+    """
+    policy = policy or keras.mixed_precision.global_policy().name
+    if policy != "mixed_bfloat16":
+        return None
+    advice = "set_precision.policy = 'float32' is faster here"
+    devices = gpus()
+    if devices:
+        old = [f"{name} ({'.'.join(map(str, cc))})" for name, cc in devices if cc and cc < (8, 0)]
+        if not old:
+            return None
+        return (
+            f"mixed_bfloat16 on GPUs without native bfloat16 (compute capability under 8.0: "
+            f"{', '.join(old)}); {advice}"
+        )
+    flags = cpu_flags()
+    if flags is None or flags & {"amx_bf16", "avx512_bf16"}:
+        return None
+    return (
+        "mixed_bfloat16 on a CPU without AVX-512 BF16 or AMX: TensorFlow emulates bfloat16, and "
+        f"training is several times slower than in float32; {advice}"
+    )
+
+
 def _scaled(observation: tf.Tensor, dtype) -> tf.Tensor:
     """Observations as `dtype`: uint8 frames scaled to [0, 1], any other dtype as it is."""
     if observation.dtype != tf.uint8:
         return tf.cast(observation, dtype)
+    if tf.as_dtype(dtype) == tf.float32:
+        return tf.cast(observation, tf.float32) * (1.0 / 255.0)
     return _scale_frames(observation, tf.as_dtype(dtype).name)
 
 
-# The elementwise passes over a batch of frames are compiled with XLA into one loop: TensorFlow's
-# own kernels make a pass per op and compute bfloat16 arithmetic element by element, so scaling
-# and centering the 512 observations of a bfloat16 C51 update at batch 256 took 39.8 ms, against
-# 17.3 ms now and 52 ms for the rest of the update (README, "Q-value training throughput";
-# benchmarks/preprocessing_speed.py).
+# Frames in float32 go through TensorFlow's own kernels, which are vectorized on every CPU.
+# In bfloat16 those kernels compute element by element, and a mean taken in bfloat16 can be far
+# off (an average pool over the frame was off by 0.5 on an AVX2 CPU); so the passes over frames
+# in a lower precision are compiled with XLA, computing in float32. On the AMX machine this made
+# the bfloat16 scaling and centering of the 512 observations of a C51 update at batch 256 take
+# 17.3 ms against 39.8 with TensorFlow's kernels; on an AVX2 machine float32 through XLA was
+# slower than TensorFlow's kernels (benchmarks/preprocessing_speed.py, README "Q-value training
+# throughput").
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _scale_frames(frames: tf.Tensor, dtype: str) -> tf.Tensor:
     return tf.cast(tf.cast(frames, tf.float32) * (1.0 / 255.0), dtype)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
-def _subtract(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    return x - y
+def _center_in_float32(x: tf.Tensor) -> tf.Tensor:
+    wide = tf.cast(x, tf.float32)
+    return tf.cast(wide - tf.reduce_mean(wide, axis=[1, 2], keepdims=True), x.dtype)
 
 
 def mlp_torso(units: tuple[int, ...] = (64, 64)) -> list[keras.layers.Layer]:
@@ -68,7 +126,7 @@ def mlp_torso(units: tuple[int, ...] = (64, 64)) -> list[keras.layers.Layer]:
 
 class CenterFrames(keras.layers.Layer):
     """Subtracts from each frame of each observation its mean pixel: [B, H, W, C] -> the same
-    shape, each [b, :, :, c] slice with mean 0 (the mean is summed in float32).
+    shape, each [b, :, :, c] slice with mean 0 (computed in float32 whatever the dtype).
 
     Why: frames scaled to [0, 1] are all non-negative, so the gradient of a first-layer filter's
     weights is a sum of non-negative inputs times one error per position, and under Adam's
@@ -80,13 +138,9 @@ class CenterFrames(keras.layers.Layer):
     """
 
     def call(self, x):
-        if None in x.shape[1:3]:
-            mean = tf.reduce_mean(tf.cast(x, tf.float32), axis=[1, 2], keepdims=True)
-            return x - tf.cast(mean, x.dtype)
-        # A pool over the whole frame is the mean, summed in float32 (oneDNN), and three times
-        # as fast as reduce_mean on this CPU; the subtraction is one XLA pass.
-        mean = tf.nn.avg_pool2d(x, x.shape[1:3], strides=1, padding="VALID")  # [B, 1, 1, C]
-        return _subtract(x, mean)
+        if x.dtype == tf.float32:
+            return x - tf.reduce_mean(x, axis=[1, 2], keepdims=True)  # [B, 1, 1, C]
+        return _center_in_float32(x)
 
 
 def _first_layers(center_frames: bool) -> list[keras.layers.Layer]:

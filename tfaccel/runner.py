@@ -398,6 +398,8 @@ def train(
     team = team or strategies.SyncTeam(strategy)
     workers, chief, seed = team.size, team.chief, team.seed(seed)
     run_dir, log, eval_log = open_run(root_dir, team)
+    if warning := networks.precision_warning():
+        log.message(f"warning: {warning}")
     frame_skip = getattr(env, "frame_skip", 1)
     with make_pool(env, num_workers, envs_per_worker, num_groups, seed, worker_niceness) as pool:
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.

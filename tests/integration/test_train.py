@@ -12,6 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from tfaccel import networks
 from tfaccel.bench.memory import descendants
 from tfaccel.envs.pool import env_seeds
 
@@ -337,6 +338,9 @@ def test_learns_catch_in_seconds(tmp_path, args):
     scores = [float(row["episode_return_raw_mean"]) for row in rows(tmp_path)]
     assert min(scores[:3]) < 0.2  # a random paddle misses most balls (mean about -0.6)
     assert max(scores[-3:]) >= 0.6, scores
+    if any("mixed_bfloat16" in arg for arg in args):  # said where this machine emulates it
+        slow = networks.precision_warning("mixed_bfloat16") is not None
+        assert ("warning: mixed_bfloat16" in result.stdout) == slow, result.stdout[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -63,13 +64,30 @@ def value_at(frames: list, values: list, at: float):
     return before[-1] if before else None
 
 
+def machine() -> dict:
+    """This machine as results name it: the CPU's model (Linux's /proc/cpuinfo; else the
+    platform's word for it) and the cores this process may use."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                model,
+            )
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": model, "cores": cores}
+
+
 def write_json(path: str, document: dict) -> None:
-    """Writes `document` plus `command` (this process's, quoted for a shell), `git_revision` and
-    `date` (UTC) to `path`."""
+    """Writes `document` plus `command` (this process's, quoted for a shell), `git_revision`,
+    `machine` (see `machine`) and `date` (UTC) to `path`."""
     stamped = dict(
         document,
         command=shlex.join(sys.argv),
         git_revision=git_revision(),
+        machine=machine(),
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     with open(path, "w") as handle:
