@@ -101,9 +101,10 @@ def _scaled(observation: tf.Tensor, dtype) -> tf.Tensor:
 # Frames in float32 go through TensorFlow's own kernels, which are vectorized on every CPU.
 # In bfloat16 those kernels compute element by element, and a mean taken in bfloat16 can be far
 # off (an average pool over the frame was off by 0.5 on an AVX2 CPU); so the passes over frames
-# in a lower precision are compiled with XLA, computing in float32. On the AMX machine this made
-# the bfloat16 scaling and centering of the 512 observations of a C51 update at batch 256 take
-# 17.3 ms against 39.8 with TensorFlow's kernels; on an AVX2 machine float32 through XLA was
+# in a lower precision are compiled with XLA, computing in float32. On the AMX machine, XLA
+# scaling and the subtraction of that pool's mean took 17.3 ms for the 512 observations of a
+# bfloat16 C51 update at batch 256, against 39.8 with TensorFlow's kernels (this version, the
+# mean in XLA as well, is not timed there yet); on an AVX2 machine, float32 through XLA was
 # slower than TensorFlow's kernels (benchmarks/preprocessing_speed.py, README "Q-value training
 # throughput").
 @tf.function(jit_compile=True, reduce_retracing=True)

@@ -370,7 +370,12 @@ def wait_gone(pids, seconds=10):
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
 def test_caller_interrupted_or_killed_leaves_no_workers_or_segments(how):
     before = shm_segments()
-    process = run_script(body="time.sleep(60)")
+    # Python raises KeyboardInterrupt on SIGINT, unless it started with SIGINT ignored, as under
+    # a shell's background job (`make test &`): then the script would sleep its 60 s out.
+    process = run_script(
+        preamble="import signal; signal.signal(signal.SIGINT, signal.default_int_handler)",
+        body="time.sleep(60)",
+    )
     lines = []
     while not lines or not lines[-1].startswith("pids"):
         lines.append(process.stdout.readline())
