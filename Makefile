@@ -26,8 +26,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check tfaccel bin tests benchmarks
 	$(VENV)/bin/ruff format --check tfaccel bin tests benchmarks
 
+# The tests in TEST_WORKERS processes (pytest-xdist), then the few marked serial alone.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not serial"
+	$(PY) -m pytest -q -m "serial and not slow"
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -15,6 +15,9 @@ from tfaccel.envs.pool import WORKER_NAME, EnvPool, PoolError, SerialPool, env_s
 from tfaccel.envs.toy import ScriptedConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Alone, after the tests that share the machine (Makefile): these time a pool's start and look for
+# pool workers and segments of the whole process group and /dev/shm.
+pytestmark = pytest.mark.serial
 
 
 def shm_segments():

@@ -1,7 +1,5 @@
 """Asynchronous runs through bin/train: two learner processes around the parameter store."""
 
-import glob
-import os
 import re
 import signal
 import subprocess
@@ -10,18 +8,13 @@ import time
 
 import pytest
 
+from tests import shm
 from tests.integration.cluster import start_cluster
 from tests.integration.test_train import ROOT, rows, train
 from tfaccel.bench.memory import descendants, state
-from tfaccel.distribute.param_store import SHM_DIR
-
-
-def stores_left():
-    return glob.glob(os.path.join(SHM_DIR, "tfaccel-ps-*"))
 
 
 def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
-    before = set(stores_left())
     first = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
                   "--gin_bindings=train.total_frames = 1000")  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
@@ -36,7 +29,7 @@ def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
     assert frames == sorted(frames) and frames[-1] >= 2000  # the counter went on
     # both learners' steps count: the chief's own rows advance faster than its envs alone
-    assert set(stores_left()) == before
+    assert not shm.left_by(first.pid, second.pid)
 
 
 @pytest.mark.parametrize("config", ["appo.gin"])
@@ -53,13 +46,12 @@ def test_appo_runs_with_smoke(tmp_path, config):
 
 
 def test_a_failing_learner_ends_the_run_with_its_error(tmp_path):
-    before = set(stores_left())
     result = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
                    "--gin_bindings=train.num_groups = 3")  # fmt: skip
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: learner ") and "num_groups must be 1 or 2, got 3" in last, last
-    assert set(stores_left()) == before
+    assert not shm.left_by(result.pid)
 
 
 def start_machines(root_dir, *bindings):
@@ -69,7 +61,6 @@ def start_machines(root_dir, *bindings):
 
 
 def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
-    before = set(stores_left())
     machines = start_machines(tmp_path, "train.total_frames = 8_000")
     outputs = [machine.communicate(timeout=300) for machine in machines]
     for machine, (_, err) in zip(machines, outputs, strict=True):
@@ -84,11 +75,10 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
         # Frames count the envs of both machines.
         assert int(table[-1]["env_frames"]) >= 8000
         assert float(table[-1]["wall_s"]) > 0
-    assert set(stores_left()) == before
+    assert not shm.left_by(*[machine.pid for machine in machines])
 
 
 def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_path):
-    before = set(stores_left())
     machines = start_machines(
         tmp_path, "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
     )
@@ -107,11 +97,11 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
     while any(state(pid) not in ("", "Z") for pid in orphans) and time.time() < deadline:
         time.sleep(0.5)
     assert not [pid for pid in orphans if state(pid) not in ("", "Z")], "learners left"
-    assert set(stores_left()) == before  # the orphaned chief removed its machine's store
+    # the orphaned chief removed its machine's store
+    assert not shm.left_by(*[machine.pid for machine in machines], *orphans)
 
 
 def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
-    before = set(stores_left())
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin",
          "--gin_bindings=train.total_frames = 100_000_000"],
@@ -130,5 +120,5 @@ def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
     while any(state(pid) not in ("", "Z") for pid in learners) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in learners if state(pid) not in ("", "Z")], "processes left"
-    assert set(stores_left()) == before
+    assert not shm.left_by(process.pid, *learners)
     assert 0 < int(rows(tmp_path)[-1]["env_frames"]) < 100_000_000

@@ -16,6 +16,7 @@ def run(*args, timeout=300):
     )
 
 
+@pytest.mark.serial  # a training measurement of 0.5 s, too short on a machine another test loads
 def test_bench_sampler_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     result = run(

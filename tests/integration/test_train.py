@@ -12,6 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from tests import shm
 from tfaccel import networks
 from tfaccel.bench.memory import descendants
 from tfaccel.envs.pool import env_seeds
@@ -21,10 +22,19 @@ SMOKE = ["--gin_file=a2c.gin", "--gin_file=smoke.gin"]
 
 
 def train(root_dir, *args, timeout=300):
-    return subprocess.run(
+    """bin/train to its end; the result also has the process's `pid`, which names its shared memory."""
+    with subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={root_dir}", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as process:  # fmt: skip
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    result = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    result.pid = process.pid
+    return result
 
 
 def rows(root_dir):
@@ -110,7 +120,6 @@ def test_sigint_saves_a_checkpoint_and_the_run_resumes(tmp_path):
 
 
 def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_once(tmp_path):
-    shm_before = set(os.listdir("/dev/shm"))
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
          "--gin_bindings=train.total_frames = 10_000_000",
@@ -129,7 +138,7 @@ def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_o
     while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
-    assert set(os.listdir("/dev/shm")) <= shm_before
+    assert not shm.left_by(process.pid, *workers)
 
     saved = max(int(name[len("ckpt-"):-len(".index")])  # a save cut midway leaves no index
                 for name in os.listdir(tmp_path / "checkpoints") if name.endswith(".index"))  # fmt: skip
@@ -183,7 +192,6 @@ def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
                 "--gin_bindings=train_off_policy.checkpoint_replay = True",
                 "--gin_bindings=train_off_policy.checkpoint_interval_frames = 1600",
                 "--gin_bindings=train_off_policy.log_interval_frames = 500"]  # fmt: skip
-    shm_before = set(os.listdir("/dev/shm"))
     killed = subprocess.Popen(
         [sys.executable, "-c", KILLED_IN_SAVE, point, f"--root_dir={tmp_path}", *bindings],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -197,7 +205,7 @@ def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
     while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert workers and not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
-    assert set(os.listdir("/dev/shm")) <= shm_before
+    assert not shm.left_by(killed.pid, *workers)
     left = os.listdir(tmp_path / "checkpoints")
     assert "ckpt-3200.index" not in left and "ckpt-1600.index" in left
     assert {"checkpoint": "ckpt-3200_temp", "replay": "replay-3200.npz.partial.npz"}[point] in left
