@@ -186,7 +186,10 @@ class Learner:
         self._optimizer_sums = self._replicas > 1 and not _skip_optimizer_all_reduce(self.optimizer)
         if self.target is not None:
             self.sync_target()
-        self._train = tf.function(self._update)
+        # Traced as written, without AutoGraph (its rewriting of our code and the Keras code it
+        # reaches took 3-5 s of a run's start on 2 cores): a loss or network branches on tensors
+        # with tf.cond / keras.ops.cond, and loops with tf.while_loop.
+        self._train = tf.function(self._update, autograph=False)
         self.last_fault = ""  # where the last skipped step's non-finite value appeared
 
     def sync_target(self) -> None:
@@ -256,20 +259,38 @@ class Learner:
             chosen = order[start : start + size]  # [size]
             return tf.nest.map_structure(lambda x: tf.gather(x, chosen), samples)
 
-        order = tf.argsort(self.generator.uniform([count]))  # a random permutation
+        def shuffled():
+            return tf.argsort(self.generator.uniform([count]))  # a random permutation
+
+        def next_step(index, order, metrics):
+            """Step `index` (a new permutation at each epoch's start); its metrics, with the
+            skipped steps of all steps so far and a fault if any of them had one."""
+            if isinstance(index, int):
+                order = shuffled() if index % self._minibatches == 0 else order
+            else:
+                order = tf.cond(index % self._minibatches == 0, shuffled, lambda: order)
+            step = self._step(minibatch(index, order))
+            return order, dict(
+                step,
+                skipped_updates=metrics["skipped_updates"] + step["skipped_updates"],
+                nonfinite_where=tf.maximum(metrics["nonfinite_where"], step["nonfinite_where"]),
+            )
+
+        order = shuffled()
         metrics = self._step(minibatch(0, order))
-        skipped, where = metrics["skipped_updates"], metrics["nonfinite_where"]
-        # Several replicas synchronize in every step, which TensorFlow allows in a Python loop
-        # (unrolled when traced) but not in a graph loop.
-        indices = range if self._replicas > 1 else tf.range
-        for index in indices(1, self._epochs * self._minibatches):
-            if index % self._minibatches == 0:
-                order = tf.argsort(self.generator.uniform([count]))
-            metrics = self._step(minibatch(index, order))
-            skipped += metrics["skipped_updates"]
-            where = tf.maximum(where, metrics["nonfinite_where"])  # a fault, if any step had one
-        # The last minibatch's metrics, with the skipped steps of all of them.
-        return dict(metrics, skipped_updates=skipped, nonfinite_where=where)
+        steps = self._epochs * self._minibatches
+        if self._replicas > 1:
+            # Several replicas synchronize in every step, which TensorFlow allows in a Python
+            # loop (unrolled when traced) but not in a graph loop.
+            for index in range(1, steps):
+                order, metrics = next_step(index, order, metrics)
+            return metrics
+        _, _, metrics = tf.while_loop(
+            lambda index, order, metrics: index < steps,
+            lambda index, order, metrics: (index + 1, *next_step(index, order, metrics)),
+            (tf.constant(1), order, metrics),
+        )
+        return metrics
 
     def _update(self, batch) -> dict:
         metrics = self.strategy.run(self._steps, args=(batch,))

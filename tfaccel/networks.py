@@ -107,12 +107,12 @@ def _scaled(observation: tf.Tensor, dtype) -> tf.Tensor:
 # mean in XLA as well, is not timed there yet); on an AVX2 machine, float32 through XLA was
 # slower than TensorFlow's kernels (benchmarks/preprocessing_speed.py, README "Q-value training
 # throughput").
-@tf.function(jit_compile=True, reduce_retracing=True)
+@tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
 def _scale_frames(frames: tf.Tensor, dtype: str) -> tf.Tensor:
     return tf.cast(tf.cast(frames, tf.float32) * (1.0 / 255.0), dtype)
 
 
-@tf.function(jit_compile=True, reduce_retracing=True)
+@tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
 def _center_in_float32(x: tf.Tensor) -> tf.Tensor:
     wide = tf.cast(x, tf.float32)
     return tf.cast(wide - tf.reduce_mean(wide, axis=[1, 2], keepdims=True), x.dtype)

@@ -46,7 +46,7 @@ def _compile_act(network, spec, batch_size: int, atoms, seed: int):
         tf.TensorSpec((), tf.float32),
     ]
 
-    @tf.function(input_signature=signature)
+    @tf.function(input_signature=signature, autograph=False)
     def act(observation, epsilon):
         return dqn.act(network, observation, epsilon, generator, atoms)
 

@@ -33,11 +33,13 @@ def compile_act(network, act: Callable, spec, batch_size: int, seed: int = 0):
     generator = tf.random.Generator.from_seed(seed)
     shape, dtype = (batch_size, *spec.observation.shape), tf.as_dtype(spec.observation.dtype)
 
-    @tf.function(input_signature=[tf.TensorSpec(shape, dtype)])
+    @tf.function(input_signature=[tf.TensorSpec(shape, dtype)], autograph=False)
     def act_fn(observation):
         return act(network, observation, generator)
 
-    @tf.function(input_signature=[tf.TensorSpec((1, *spec.observation.shape), dtype)])
+    @tf.function(
+        input_signature=[tf.TensorSpec((1, *spec.observation.shape), dtype)], autograph=False
+    )
     def value_fn(observation):
         return network(observation)[1]
 

@@ -69,7 +69,7 @@ def make_policy(spec, batch_size: int) -> Callable[[np.ndarray], np.ndarray]:
     network = PolicyValueNetwork(spec)
     signature = [tf.TensorSpec([batch_size, *spec.observation.shape], tf.uint8)]
 
-    @tf.function(input_signature=signature)
+    @tf.function(input_signature=signature, autograph=False)
     def act(observation):
         logits, _ = network(observation)  # [B, A]
         return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]  # [B]

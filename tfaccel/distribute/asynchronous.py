@@ -56,11 +56,11 @@ class StoreSync:
         sizes = [int(np.prod(v.shape)) for v in variables]
         self.size = sum(sizes)  # parameters in the store
 
-        @tf.function
+        @tf.function(autograph=False)
         def read():
             return tf.concat([tf.reshape(v, [-1]) for v in variables], axis=0)
 
-        @tf.function
+        @tf.function(autograph=False)
         def write(flat):
             for variable, piece in zip(variables, tf.split(flat, sizes), strict=True):
                 variable.assign(tf.reshape(piece, variable.shape))

@@ -190,7 +190,7 @@ class WorkerSum:
             sums = strategy.run(replica, args=(values,))
             return [strategy.experimental_local_results(value)[0] for value in sums]
 
-        self._sum = tf.function(total)
+        self._sum = tf.function(total, autograph=False)
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         return [value.numpy() for value in self._sum([tf.constant(a) for a in arrays])]
