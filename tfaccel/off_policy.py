@@ -147,8 +147,6 @@ def train_off_policy(
     team = strategies.SyncTeam(strategy)
     chief, vote, seed = team.chief, team.stop, team.seed(seed)
     run_dir, log, eval_log = runner.open_run(root_dir, team)
-    if warning := networks.precision_warning():
-        log.message(f"warning: {warning}")
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with runner.make_pool(

@@ -79,15 +79,15 @@ class StopRequest:
 
 def open_run(root_dir: str, team) -> tuple[str, MetricsLogger, MetricsLogger]:
     """This process's run directory (created) and its metrics and eval loggers; only the chief
-    of the processes training together shows progress."""
+    of the processes training together shows progress. A precision this machine only emulates
+    starts the log with a warning."""
     run_dir = team.run_dir(root_dir)
     os.makedirs(run_dir, exist_ok=True)
     quiet = None if team.chief else open(os.devnull, "w")
-    return (
-        run_dir,
-        MetricsLogger(run_dir, stream=quiet),
-        MetricsLogger(run_dir, "eval", stream=quiet),
-    )
+    log = MetricsLogger(run_dir, stream=quiet)
+    if warning := networks.precision_warning():
+        log.message(f"warning: {warning}")
+    return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
 
 
 def publish_policy(
@@ -398,8 +398,6 @@ def train(
     team = team or strategies.SyncTeam(strategy)
     workers, chief, seed = team.size, team.chief, team.seed(seed)
     run_dir, log, eval_log = open_run(root_dir, team)
-    if warning := networks.precision_warning():
-        log.message(f"warning: {warning}")
     frame_skip = getattr(env, "frame_skip", 1)
     with make_pool(env, num_workers, envs_per_worker, num_groups, seed, worker_niceness) as pool:
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
