@@ -187,7 +187,7 @@ class Learner:
         if self.target is not None:
             self.sync_target()
         # Traced as written, without AutoGraph (its rewriting of our code and the Keras code it
-        # reaches took 3-5 s of a run's start on 2 cores): a loss or network branches on tensors
+        # reaches took 5-9 s of a run's start on 2 cores): a loss or network branches on tensors
         # with tf.cond / keras.ops.cond, and loops with tf.while_loop.
         self._train = tf.function(self._update, autograph=False)
         self.last_fault = ""  # where the last skipped step's non-finite value appeared
