@@ -13,11 +13,13 @@ from tfaccel.distribute.param_store import SHM_DIR
 _OWNER = re.compile(r"tfaccel(?:_|-ps-)(\d+)[_-]")
 
 
+def owner(path):
+    """The pid that made the shared-memory file `path` (a name or a path), or None if not ours."""
+    match = _OWNER.match(os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
 def left_by(*pids):
-    """The names of tfaccel's shared-memory files that any of `pids` created and nobody removed."""
+    """The names of tfaccel's shared-memory files that any of `pids` made and nobody removed."""
     owners = {int(pid) for pid in pids}
-    return sorted(
-        name
-        for name in os.listdir(SHM_DIR)
-        if (match := _OWNER.match(name)) and int(match.group(1)) in owners
-    )
+    return sorted(name for name in os.listdir(SHM_DIR) if owner(name) in owners)

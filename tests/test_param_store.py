@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import shm
 from tfaccel.distribute.param_store import AsyncAdam, ParameterStore
 
 
@@ -85,3 +86,13 @@ def test_a_push_of_the_wrong_shape_is_named():
             store.push(np.zeros(10))
     finally:
         store.close()
+
+
+def test_a_store_is_told_apart_by_its_makers_pid_until_it_is_closed():
+    store = ParameterStore.create(10)  # tests/shm.py reads its name for the leak checks
+    try:
+        assert shm.owner(store.path) == os.getpid()
+        assert os.path.basename(store.path) in shm.left_by(os.getpid())
+    finally:
+        store.close()
+    assert os.path.basename(store.path) not in shm.left_by(os.getpid())

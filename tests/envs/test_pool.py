@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from tests import shm
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import WORKER_NAME, EnvPool, PoolError, SerialPool, env_seeds
 from tfaccel.envs.toy import ScriptedConfig
@@ -143,6 +144,7 @@ def test_bad_sizes_are_named():
 def test_close_is_idempotent_and_leaves_nothing():
     before = shm_segments()
     pool = EnvPool(ScriptedConfig(), 3, 2)
+    assert shm.owner(pool._shm_path) == os.getpid()  # as tests/shm.py reads it for leak checks
     pool.reset()
     assert not shm_segments() - before  # the segment's name is gone once every worker mapped it
     assert sorted(pool.pids) == sorted(worker_children())
