@@ -8,7 +8,7 @@ name (`tfaccel_<pid>_...` for an env pool's segment, `tfaccel-ps-<pid>-...` for 
 import os
 import re
 
-from tfaccel.distribute.param_store import SHM_DIR
+from tfaccel.envs.worker import SHM_DIR
 
 _OWNER = re.compile(r"tfaccel(?:_|-ps-)(\d+)[_-]")
 

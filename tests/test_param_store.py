@@ -4,10 +4,8 @@ import multiprocessing
 import os
 import time
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tests import shm
 from tfaccel.distribute.param_store import AsyncAdam, ParameterStore
@@ -22,6 +20,9 @@ def quadratic(seed=0, size=37):
 
 @pytest.mark.parametrize("steps", [1, 5])
 def test_one_learner_follows_keras_adam(steps):
+    import keras  # here, not above: the spawned learners below import this module
+    import tensorflow as tf
+
     gradient = quadratic()
     start = np.random.default_rng(1).normal(size=37).astype(np.float32)
     store = ParameterStore.create(37, chunks=4)

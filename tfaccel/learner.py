@@ -263,18 +263,18 @@ class Learner:
             return tf.argsort(self.generator.uniform([count]))  # a random permutation
 
         def next_step(index, order, metrics):
-            """Step `index` (a new permutation at each epoch's start); its metrics, with the
-            skipped steps of all steps so far and a fault if any of them had one."""
-            if isinstance(index, int):
-                order = shuffled() if index % self._minibatches == 0 else order
-            else:
-                order = tf.cond(index % self._minibatches == 0, shuffled, lambda: order)
+            """Step `index` on `order`; its metrics, with the skipped steps of all steps so far
+            and a fault if any of them had one."""
             step = self._step(minibatch(index, order))
             return order, dict(
                 step,
                 skipped_updates=metrics["skipped_updates"] + step["skipped_updates"],
                 nonfinite_where=tf.maximum(metrics["nonfinite_where"], step["nonfinite_where"]),
             )
+
+        def body(index, order, metrics):  # a new permutation at each epoch's start
+            order = tf.cond(index % self._minibatches == 0, shuffled, lambda: order)
+            return (index + 1, *next_step(index, order, metrics))
 
         order = shuffled()
         metrics = self._step(minibatch(0, order))
@@ -283,12 +283,11 @@ class Learner:
             # Several replicas synchronize in every step, which TensorFlow allows in a Python
             # loop (unrolled when traced) but not in a graph loop.
             for index in range(1, steps):
+                order = shuffled() if index % self._minibatches == 0 else order
                 order, metrics = next_step(index, order, metrics)
             return metrics
         _, _, metrics = tf.while_loop(
-            lambda index, order, metrics: index < steps,
-            lambda index, order, metrics: (index + 1, *next_step(index, order, metrics)),
-            (tf.constant(1), order, metrics),
+            lambda index, order, metrics: index < steps, body, (tf.constant(1), order, metrics)
         )
         return metrics
 

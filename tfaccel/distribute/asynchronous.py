@@ -37,7 +37,8 @@ import tensorflow as tf
 
 from tfaccel import runner
 from tfaccel.distribute import machines, strategies
-from tfaccel.distribute.param_store import SHM_DIR, ParameterStore
+from tfaccel.distribute.param_store import ParameterStore
+from tfaccel.envs.worker import SHM_DIR
 
 
 class LearnerFailed(RuntimeError):

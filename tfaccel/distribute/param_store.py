@@ -23,9 +23,7 @@ import uuid
 
 import numpy as np
 
-from tfaccel.envs.worker import map_shared, unmap_shared
-
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+from tfaccel.envs.worker import SHM_DIR, map_shared, unmap_shared
 
 
 class ParameterStore:

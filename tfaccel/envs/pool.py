@@ -48,7 +48,6 @@ import os
 import select
 import signal
 import sys
-import tempfile
 import time
 import uuid
 import weakref
@@ -67,6 +66,7 @@ from tfaccel.envs.worker import (
     ERROR,
     OK,
     RESET,
+    SHM_DIR,
     WORKER_NAME,
     Buffers,
     PoolError,
@@ -78,9 +78,6 @@ from tfaccel.envs.worker import (
 from tfaccel.types import PoolStep
 
 __all__ = ["EnvPool", "SerialPool", "PoolError", "WORKER_NAME", "env_seeds", "EnvFactory"]
-
-
-_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 def _check_importable(env_factory) -> None:
@@ -223,15 +220,15 @@ class EnvPool:
         self._replaced: list[set[int]] = [set() for _ in range(num_groups)]  # rows to mark
 
         nbytes = Buffers.plan(self.spec, self.num_envs)[1]
-        self._shm_path = os.path.join(_SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
+        self._shm_path = os.path.join(SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
         try:
             self._shm = map_shared(self._shm_path, nbytes, create=True)
         except OSError as error:
-            stats = os.statvfs(_SHM_DIR)
+            stats = os.statvfs(SHM_DIR)
             raise ValueError(
                 f"{self.num_envs} envs need {nbytes / 2**20:,.0f} MiB of shared memory and "
-                f"{_SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.0f} MiB free "
-                f"({error.strerror}): use fewer envs, or give {_SHM_DIR} more room (in Docker: "
+                f"{SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.0f} MiB free "
+                f"({error.strerror}): use fewer envs, or give {SHM_DIR} more room (in Docker: "
                 "--shm-size)"
             ) from None
         self.buffers = Buffers(self.spec, self.num_envs, self._shm)

@@ -13,6 +13,7 @@ import mmap
 import os
 import signal
 import struct
+import tempfile
 import traceback
 from collections.abc import Sequence
 
@@ -113,6 +114,11 @@ def step_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> 
                 buffers.observation[i] = result.observation
         except Exception as error:
             raise PoolError(f"env {i} raised {type(error).__name__}: {error}") from error
+
+
+# Where shared blocks live (the env pool's buffers, the parameter store): memory, where there is a
+# /dev/shm.
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 def map_shared(path: str, size: int, create: bool) -> mmap.mmap:
