@@ -69,7 +69,7 @@ import keras, numpy as np, tensorflow as tf
 from tests.algorithms.test_a2c import TinyNetwork, random_rollout
 from tests.algorithms.test_dqn import TinyQNetwork, random_batch
 from tfaccel import learner
-from tfaccel.algorithms import a2c, dqn
+from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.types import Rollout
 
 def worst(one, two):
@@ -94,6 +94,19 @@ for seed in range(3):
     assert single["grad_norm"] > config.max_grad_norm  # the clip acted
 print("a2c", mirrored.num_replicas_in_sync, worst(*agents), replicas_agree(agents[1]))
 print("rate", agents[1].learning_rate)  # a constant rate: a mirrored variable
+
+# PPO: 3 epochs of whole-share steps in one graph loop (a whole share's step does not depend on
+# the share's order; advantages not normalized, which a replica would do on its share alone).
+p_config = ppo.PPOConfig(epochs=3, minibatches=1, normalize_advantage=False)
+p_agents = [learner.Learner(lambda: TinyNetwork(3, observation_shape=(4, 4, 2), seed=0),
+                            lambda n, b: ppo.loss(n, b, p_config), lambda: learner.make_adam(1e-2),
+                            prepare_fn=lambda n, b: ppo.samples(n, b, p_config), epochs=3,
+                            strategy=strategy, batch_axes=Rollout.env_axes())
+            for strategy in (tf.distribute.get_strategy(), mirrored)]
+for seed in range(2):
+    single, split = (agent.train(random_rollout(seed=seed, steps=4, envs=4)) for agent in p_agents)
+steps = keras.ops.convert_to_numpy(p_agents[1].optimizer.iterations)
+print("ppo", worst(*p_agents), replicas_agree(p_agents[1]), steps)
 
 # A NaN reward in the second replica's share only: every replica skips the step, and says why.
 bad = random_rollout(seed=9, envs=4)
@@ -137,6 +150,8 @@ def test_mirrored_update_equals_one_device_on_the_whole_batch_and_skips_together
     assert float(lines["rate"]) == pytest.approx(1e-2)
     dqn_difference, dqn_agree = lines["dqn"].split()
     assert float(dqn_difference) <= 1e-5 and dqn_agree == "True"
+    ppo_difference, ppo_agree, ppo_steps = lines["ppo"].split()
+    assert float(ppo_difference) <= 1e-5 and ppo_agree == "True" and ppo_steps == "6"
 
 
 def test_slurm_cluster_outside_a_slurm_job_is_named(monkeypatch):

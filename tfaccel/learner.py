@@ -3,8 +3,9 @@
 The algorithm is a loss, `loss_fn(network, batch) -> (scalar, metrics)`; the learner owns
 everything else (DESIGN.md, decision 3): the network and the optimizer slots are created under the
 strategy's scope before any checkpoint is built, gradients are clipped by global norm, and one
-`tf.function` runs `strategy.run` of a whole update (several SGD steps where the algorithm asks
-for them) so Python is entered once per rollout.
+`tf.function` runs a whole update, so Python is entered once per rollout: `strategy.run` of one
+SGD step, or, where the algorithm asks for several (PPO's epochs x minibatches), a graph loop
+around it.
 
 Several replicas (`tfaccel.distribute`): each gets an equal share of the batch (split along
 `batch_axes`), its loss is scaled by 1 / replicas and the gradients are summed across replicas, so
@@ -245,55 +246,57 @@ class Learner:
             lambda: call(_fault, args=(summed, bad_loss)),
         )
 
-    def _steps(self, batch) -> dict:
-        """One SGD step, or epochs x minibatches of them on the prepared samples."""
+    def _update(self, batch) -> dict:
         if self._prepare_fn is None:
-            return self._step(batch)
-        samples = self._prepare_fn(self.network, batch)
-        first = tf.nest.flatten(samples)[0]
-        count = first.shape[0] or tf.shape(first)[0]  # static where known: a fixed loop shape
-        size = count // self._minibatches
+            metrics = self.strategy.run(self._step, args=(batch,))
+        else:
+            metrics = self._sgd_steps(batch)
+        return {name: self._across_replicas(value) for name, value in metrics.items()}
 
-        def minibatch(index, order):
-            start = (index % self._minibatches) * size
-            chosen = order[start : start + size]  # [size]
-            return tf.nest.map_structure(lambda x: tf.gather(x, chosen), samples)
+    def _sgd_steps(self, batch) -> dict:
+        """Epochs x minibatches SGD steps on the prepared samples, each epoch in a new random
+        order: one graph loop around `strategy.run` of one step, so one step is traced however
+        many steps and replicas there are (a replica context cannot loop around the replicas'
+        synchronization itself)."""
+        run = self.strategy.run
+        samples = run(self._prepare_fn, args=(self.network, batch))
+        order = run(self._shuffled, args=(samples,))
+        metrics = run(self._first_step, args=(samples, order))
 
-        def shuffled():
-            return tf.argsort(self.generator.uniform([count]))  # a random permutation
+        def body(index, order, metrics):
+            return (index + 1, *run(self._next_step, args=(samples, index, order, metrics)))
 
-        def next_step(index, order, metrics):
-            """Step `index` on `order`; its metrics, with the skipped steps of all steps so far
-            and a fault if any of them had one."""
-            step = self._step(minibatch(index, order))
-            return order, dict(
-                step,
-                skipped_updates=metrics["skipped_updates"] + step["skipped_updates"],
-                nonfinite_where=tf.maximum(metrics["nonfinite_where"], step["nonfinite_where"]),
-            )
-
-        def body(index, order, metrics):  # a new permutation at each epoch's start
-            order = tf.cond(index % self._minibatches == 0, shuffled, lambda: order)
-            return (index + 1, *next_step(index, order, metrics))
-
-        order = shuffled()
-        metrics = self._step(minibatch(0, order))
         steps = self._epochs * self._minibatches
-        if self._replicas > 1:
-            # Several replicas synchronize in every step, which TensorFlow allows in a Python
-            # loop (unrolled when traced) but not in a graph loop.
-            for index in range(1, steps):
-                order = shuffled() if index % self._minibatches == 0 else order
-                order, metrics = next_step(index, order, metrics)
-            return metrics
         _, _, metrics = tf.while_loop(
             lambda index, order, metrics: index < steps, body, (tf.constant(1), order, metrics)
         )
         return metrics
 
-    def _update(self, batch) -> dict:
-        metrics = self.strategy.run(self._steps, args=(batch,))
-        return {name: self._across_replicas(value) for name, value in metrics.items()}
+    def _shuffled(self, samples) -> tf.Tensor:
+        """A random permutation of this replica's samples."""
+        return tf.argsort(self.generator.uniform([_count(samples)]))
+
+    def _minibatch(self, samples, index, order):
+        """Minibatch `index` of an epoch in `order`."""
+        size = _count(samples) // self._minibatches
+        start = (index % self._minibatches) * size
+        chosen = order[start : start + size]  # [size]
+        return tf.nest.map_structure(lambda x: tf.gather(x, chosen), samples)
+
+    def _first_step(self, samples, order) -> dict:
+        return self._step(self._minibatch(samples, 0, order))
+
+    def _next_step(self, samples, index, order, metrics):
+        """Step `index` (a new permutation at each epoch's start); its metrics, with the skipped
+        steps of all steps so far and a fault if any of them had one."""
+        new_epoch = index % self._minibatches == 0
+        order = tf.cond(new_epoch, lambda: self._shuffled(samples), lambda: order)
+        step = self._step(self._minibatch(samples, index, order))
+        return order, dict(
+            step,
+            skipped_updates=metrics["skipped_updates"] + step["skipped_updates"],
+            nonfinite_where=tf.maximum(metrics["nonfinite_where"], step["nonfinite_where"]),
+        )
 
     def _across_replicas(self, value):
         """Scalars: the mean over replicas; per-sample metrics: all replicas' samples, [N]."""
@@ -349,3 +352,9 @@ class Learner:
         """The optimizer's current learning rate (a constant one is a mirrored variable under
         several replicas, which `float` cannot take)."""
         return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+
+
+def _count(samples) -> tf.Tensor | int:
+    """The number of samples: static where known, so the loop has fixed shapes."""
+    first = tf.nest.flatten(samples)[0]
+    return first.shape[0] or tf.shape(first)[0]
