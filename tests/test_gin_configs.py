@@ -29,3 +29,20 @@ def test_includes_log_no_error_looking_lines(caplog):
     finally:
         gin.clear_config()
     assert not [record for record in caplog.records if "Path not found" in record.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "binding, message",
+    [  # a function's parameters, a config class's fields, and a name close to none of them
+        ("train.totl_frames = 1", r"train has no parameter 'totl_frames'; did you mean total_f"),
+        ("AtariConfig.gam = 'pong'", r"did you mean game\? its parameters: game, frame_skip,"),
+        ("DQNConfig.zzz = 1", r"DQNConfig has no parameter 'zzz'; its parameters: double,"),
+    ],
+)
+def test_an_unknown_parameter_is_named_with_the_valid_ones(binding, message):
+    gin.clear_config()
+    try:
+        with pytest.raises(ValueError, match=message):
+            gin_configs.parse(["dqn.gin"], [binding])
+    finally:
+        gin.clear_config()

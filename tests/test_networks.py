@@ -122,3 +122,25 @@ def test_bfloat16_is_flagged_where_the_machine_would_emulate_it():
     assert warn(gpus=[ampere]) is None  # the GPU does the work: the CPU's flags do not matter
     assert "Tesla T4 (7.5)" in warn(gpus=[ampere, turing], flags=("amx_bf16",))
     assert warn(gpus=[("GPU 0", None)]) is None  # capability not told: no claim
+
+
+@pytest.mark.parametrize(
+    "network_class, torso, shape, dtype, fits",
+    [
+        (QNetwork, networks.nature_torso, (36, 36, 4), np.uint8, True),
+        (QNetwork, networks.nature_torso, (35, 35, 4), np.uint8, False),
+        (PolicyValueNetwork, networks.a3c_torso, (20, 20, 4), np.uint8, True),
+        (PolicyValueNetwork, networks.a3c_torso, (44, 19, 1), np.uint8, False),
+        (PolicyValueNetwork, networks.a3c_torso, (4,), np.float32, False),
+    ],
+)
+def test_a_torso_that_cannot_take_the_observations_names_both(
+    network_class, torso, shape, dtype, fits
+):
+    spec = EnvSpec(ArraySpec(shape, dtype), 3)
+    if fits:  # the smallest frames the message promises
+        network_class(spec, torso=torso)
+        return
+    name = np.dtype(dtype).name
+    with pytest.raises(ValueError, match=rf"torso {torso.__name__} does not fit .*\({name} \["):
+        network_class(spec, torso=torso)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfaccel.types import EnvSpec
@@ -176,6 +177,26 @@ def nature_torso(center_frames: bool = False) -> list[keras.layers.Layer]:
     ]
 
 
+def _build_torso(torso: keras.Sequential, input_shape, name: str, spec: EnvSpec) -> tuple:
+    """Builds `torso` on `input_shape`; its output shape.
+
+    Raises:
+        ValueError: the torso cannot take the env's observations (naming both, and what fits).
+    """
+    try:
+        torso.build(input_shape)
+        return torso.compute_output_shape(input_shape)
+    except ValueError as error:
+        first = str(error).strip().splitlines()[0].rstrip(".")
+        dtype = np.dtype(spec.observation.dtype).name
+        raise ValueError(
+            f"the torso {name} does not fit this env's observations "
+            f"({dtype} {list(spec.observation.shape)}): {first}; frames "
+            "[H, W, C] take a3c_torso (from 20x20) or nature_torso (from 36x36), vectors [D] "
+            "take mlp_torso"
+        ) from None
+
+
 class PolicyValueNetwork(keras.Model):
     """Policy logits [B, A] and state value [B] over a shared torso."""
 
@@ -183,13 +204,13 @@ class PolicyValueNetwork(keras.Model):
         super().__init__(**kwargs)
         self.spec = spec
         self.torso = keras.Sequential(torso(), name="torso")
+        self._torso_name = getattr(torso, "__name__", type(torso).__name__)
         self.policy_head = keras.layers.Dense(spec.num_actions, name="logits", dtype="float32")
         self.value_head = keras.layers.Dense(1, name="value", dtype="float32")
         self.build((None, *spec.observation.shape))
 
     def build(self, input_shape):
-        self.torso.build(input_shape)
-        features = self.torso.compute_output_shape(input_shape)
+        features = _build_torso(self.torso, input_shape, self._torso_name, self.spec)
         self.policy_head.build(features)
         self.value_head.build(features)
         self.built = True
@@ -233,6 +254,7 @@ class QNetwork(keras.Model):
         self.dueling = dueling
         self.num_atoms = int(num_atoms)
         self.torso = keras.Sequential(torso(), name="torso")
+        self._torso_name = getattr(torso, "__name__", type(torso).__name__)
         self.advantage_head = keras.layers.Dense(
             spec.num_actions * self.num_atoms, name="advantage" if dueling else "q", dtype="float32"
         )
@@ -242,8 +264,7 @@ class QNetwork(keras.Model):
         self.build((None, *spec.observation.shape))
 
     def build(self, input_shape):
-        self.torso.build(input_shape)
-        features = self.torso.compute_output_shape(input_shape)
+        features = _build_torso(self.torso, input_shape, self._torso_name, self.spec)
         self.advantage_head.build(features)
         if self.value_head is not None:
             self.value_head.build(features)

@@ -50,12 +50,23 @@ def main(argv):
     peer_lost += (tf.errors.CancelledError, tf.errors.AbortedError)
     try:
         summary = runner.run(FLAGS.root_dir)
-    except (ValueError, asynchronous.LearnerFailed) as error:  # bad settings, a failed learner
-        sys.exit(f"error: {str(error).strip().splitlines()[0]}")  # gin appends where it was called
+    except (ValueError, OSError, asynchronous.LearnerFailed) as error:
+        # Bad settings, an unusable --root_dir, a failed learner: one line (gin appends where
+        # the error was raised).
+        sys.exit(f"error: {str(error).strip().splitlines()[0]}")
     except PoolError as error:  # env workers kept failing; the run saved a checkpoint first
         sys.exit(
             f"error: {str(error).strip().splitlines()[0]}; checkpoint saved: fix the env, then "
             "run the same command to resume"
+        )
+    except RuntimeError as error:  # gin: no algorithm config gave `train` its env and loss
+        if not str(error).startswith("Required bindings"):
+            raise
+        algorithms = [name for name in gin_configs.names() if "/" not in name]
+        sys.exit(
+            f"error: {str(error).strip().splitlines()[0]}: start the --gin_file list with an "
+            f"algorithm's config, e.g. --gin_file=categorical_dqn.gin; configs: "
+            f"{', '.join(algorithms)}"
         )
     except peer_lost as error:  # multi-worker: a peer died or stopped answering
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]

@@ -487,7 +487,17 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--gin_bindings=train.no_such_setting = 1"], "bad gin config"),
+        (
+            ["--gin_bindings=train.totl_frames = 1"],
+            "bad gin config: train has no parameter 'totl_frames'; did you mean total_frames",
+        ),
+        (
+            [
+                "--gin_bindings=train.torso = @nature_torso",
+                "--gin_bindings=train.env = @CatchConfig()",
+            ],
+            "the torso nature_torso does not fit this env's observations (uint8 [44, 20, 1])",
+        ),
         (
             ["--gin_bindings=AtariConfig.game = 'pongg'"],
             "unknown Atari game 'pongg'; closest valid names: pong",
@@ -544,6 +554,17 @@ def test_user_errors_end_with_one_line(tmp_path, args, message):
     assert result.returncode != 0
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_no_algorithm_config_or_a_file_as_run_directory_ends_with_one_line(tmp_path):
+    alone = train(tmp_path / "run", "--gin_file=smoke.gin", timeout=120)
+    assert alone.returncode != 0 and "Traceback" not in alone.stderr
+    assert "start the --gin_file list with an algorithm's config" in alone.stderr
+    assert "configs: a2c.gin" in alone.stderr.strip().splitlines()[-1]
+    (tmp_path / "a_file").write_text("")
+    on_a_file = train(tmp_path / "a_file", *SMOKE, timeout=120)
+    assert on_a_file.returncode != 0 and "Traceback" not in on_a_file.stderr
+    assert str(tmp_path / "a_file") in on_a_file.stderr.strip().splitlines()[-1]
 
 
 IN_PROCESS_ENV = """

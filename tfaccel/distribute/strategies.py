@@ -120,11 +120,13 @@ def check_tf_config(text: str) -> dict:
         config = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"TF_CONFIG is not JSON ({error}); {expected}") from None
-    workers = config.get("cluster", {}).get("worker") if isinstance(config, dict) else None
-    task = config.get("task", {}) if isinstance(config, dict) else {}
+    config = config if isinstance(config, dict) else {}
+    cluster, task = config.get("cluster"), config.get("task")
+    workers = cluster.get("worker") if isinstance(cluster, dict) else None
+    task = task if isinstance(task, dict) else {}
     if not isinstance(workers, list) or not workers:
         raise ValueError(f"TF_CONFIG has no cluster.worker list; {expected}")
-    index = task.get("index") if isinstance(task, dict) else None
+    index = task.get("index")
     if task.get("type") not in ("worker", "chief") or not isinstance(index, int):
         raise ValueError(f"TF_CONFIG has no task type 'worker' with an int index; {expected}")
     if task.get("type") == "worker" and not 0 <= index < len(workers):

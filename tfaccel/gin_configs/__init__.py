@@ -8,8 +8,12 @@ They ship with the package, so an installed tfaccel finds them too:
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
 import logging
 import os
+import re
 from collections.abc import Sequence
 
 DIRECTORY = os.path.dirname(os.path.abspath(__file__))
@@ -54,8 +58,35 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     root.addFilter(_not_a_resource_lookup)
     try:
         gin.parse_config_files_and_bindings([path(f) for f in files], bindings, skip_unknown=False)
+    except ValueError as error:
+        raise _with_valid_parameters(error) from None
     finally:
         root.removeFilter(_not_a_resource_lookup)
+
+
+def _with_valid_parameters(error: ValueError) -> ValueError:
+    """Gin's error for a binding of a parameter that does not exist, with the configurable's
+    parameters (the closest first); any other error as it is."""
+    import gin
+
+    unknown = re.match(r"Configurable '(.+)' doesn't have a parameter named '(.+)'", str(error))
+    if not unknown:
+        return error
+    selector, name = unknown.groups()
+    configurable = gin.get_configurable(selector)
+    if dataclasses.is_dataclass(configurable):  # tfaccel's configs (the class's own signature
+        parameters = [f.name for f in dataclasses.fields(configurable) if f.init]  # is gin's)
+    else:
+        parameters = [
+            parameter.name
+            for parameter in inspect.signature(configurable).parameters.values()
+            if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+        ]
+    close = difflib.get_close_matches(name, parameters, n=3)
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return ValueError(
+        f"{selector} has no parameter {name!r}; {guess}its parameters: {', '.join(parameters)}"
+    )
 
 
 def _not_a_resource_lookup(record: logging.LogRecord) -> bool:
