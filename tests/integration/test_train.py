@@ -613,5 +613,7 @@ def test_ppo_learns_gymnasium_cartpole(tmp_path):
     result = train(tmp_path, "--gin_file=cartpole_ppo.gin")
     assert result.returncode == 0, result.stderr[-3000:]
     scores = [float(row["episode_return_raw_mean"]) for row in rows(tmp_path)]
-    assert scores[0] < 40  # a random policy balances for about 22 steps
-    assert max(scores[-3:]) >= 100, scores
+    # A random policy balances for about 22 steps; the first row averages the episodes of the
+    # first ~5 updates (25 to 45 seen), and the policy should end well above both.
+    assert scores[0] < 60, scores
+    assert max(scores[-3:]) >= max(100, 2 * scores[0]), scores
