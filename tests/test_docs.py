@@ -67,6 +67,7 @@ def write_files(directory, files: dict[str, str]) -> None:
 
 
 def test_pages_have_examples():
+    assert [page for page in DOCS if not os.path.exists(os.path.join(ROOT, page))] == []
     files, scripts = blocks("docs/extending.md")
     assert len(scripts) >= 3, "extending.md should hold the three worked examples"
     assert {"corridor.py", "corridor.gin"} <= set(files)

@@ -164,6 +164,7 @@ def test_export_replaces_an_old_policy_atomically(tmp_path, monkeypatch, exchang
         monkeypatch.setattr(export, "_exchange", lambda a, b: False)
     path, observation = str(tmp_path / "policy"), random_observations(4, (36, 36, 4))
     old, new = scripted_network(), scripted_network()
+    assert not np.allclose(old(observation)[0], new(observation)[0], atol=1e-3)  # told apart
     export.export_policy(old, None, path)
     export.export_policy(new, None, path)
     np.testing.assert_allclose(outputs_of(path, observation), new(observation)[0], atol=1e-5)

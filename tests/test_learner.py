@@ -80,13 +80,16 @@ def test_checkpoint_restores_network_optimizer_counters_and_generators(tmp_path)
 
 def test_checkpoint_from_an_older_program_restores_what_it_has(tmp_path):
     old = tf.Module()
-    old.steps = tf.Variable(7, dtype=tf.int64)
+    old.updates = tf.Variable(7, dtype=tf.int64)  # a counter the newer program still has
+    old.steps = tf.Variable(1234, dtype=tf.int64)  # one it renamed (to agent_steps)
     checkpoint.Checkpointer(str(tmp_path), counters=old).save(1)
     newer = checkpoint.Counters()  # has more variables than the old program's counters
-    newer.agent_steps = tf.Variable(0, dtype=tf.int64)  # not the old name: stays 0
+    newer.remember_scores([5.0])
     restored = checkpoint.Checkpointer(str(tmp_path), counters=newer)
     assert restored.restore().endswith("ckpt-1")
-    assert newer.recalled_scores() == []
+    assert int(newer.updates) == 7
+    assert int(newer.agent_steps) == 0  # the checkpoint has no value for it
+    assert newer.recalled_scores() == [5.0]  # nor for these
 
 
 def test_a_prepared_batch_trains_exactly_as_its_numpy_arrays():

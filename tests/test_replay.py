@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -54,10 +55,11 @@ def test_sum_tree_matches_cumsum_reference(capacity):
 # ----------------------------------------------------------------------------- driving a pool
 
 
-def drive(buffer, steps, seed, pool_seed=0, log=None, check_at=()):
+def drive(buffer, steps, seed, pool_seed=0, log=None, check_at=(), after_step=None):
     """Steps a SerialPool of scripted envs with random actions, adding to `buffer` and the log.
 
-    After the steps in `check_at`, compares the buffer with the log (`check_against_log`).
+    After the steps in `check_at`, compares the buffer with the log (`check_against_log`); calls
+    `after_step(t)` after every step when given.
     """
     log = [] if log is None else log
     rng = np.random.default_rng(seed)
@@ -88,6 +90,8 @@ def drive(buffer, steps, seed, pool_seed=0, log=None, check_at=()):
             observation = step.observation.copy()
             if t in check_at:
                 check_against_log(buffer, log)
+            if after_step is not None:
+                after_step(t)
     log[-1]["cut"] = ~(log[-1]["terminated"] | log[-1]["truncated"])  # the stream ends here
     return log
 
@@ -354,12 +358,18 @@ def test_prefetched_batches_stay_consistent_while_the_buffer_grows():
                     batches.append(batch)
                     buffer.update_priorities(batch.index, np.ones(16))
 
+        def pace(t):  # every 50 steps, wait for a batch drawn from the grown buffer
+            if t % 50 == 49:
+                taken, deadline = len(batches), time.monotonic() + 30
+                while len(batches) == taken and time.monotonic() < deadline:
+                    time.sleep(0.001)
+
         consumer = threading.Thread(target=consume)
         consumer.start()
-        log = drive(buffer, 300, seed=1)
+        log = drive(buffer, 300, seed=1, after_step=pace)
         stop.set()
         consumer.join()
-    assert len(batches) > 5
+    assert len(batches) >= 6
     for batch in batches:
         assert batch.observation.shape == (16, 4, 3, 4) and np.all(batch.weight <= 1.0)
     check_against_log(buffer, log)

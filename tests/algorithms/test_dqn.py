@@ -230,10 +230,10 @@ def test_act_epsilon_one_is_uniform():
     np.testing.assert_allclose(counts / 4000, 0.25, atol=0.03)
     # A seed tensor makes the actions a function of the seed.
     seed = tf.constant([1, 2], tf.int64)
-    np.testing.assert_array_equal(
-        dqn.act(network, observation, 0.5, seed).numpy(),
-        dqn.act(network, observation, 0.5, seed).numpy(),
-    )
+    seeded = dqn.act(network, observation, 0.5, seed).numpy()
+    np.testing.assert_array_equal(dqn.act(network, observation, 0.5, seed).numpy(), seeded)
+    other = dqn.act(network, observation, 0.5, tf.constant([1, 3], tf.int64)).numpy()
+    assert np.mean(other != seeded) > 0.4  # 56% expected (each explores half the time)
 
 
 def test_epsilon_schedule():

@@ -207,7 +207,7 @@ def test_hung_worker_times_out():
         start = time.monotonic()
         with pytest.raises(PoolError, match=r"did not answer within 1 s.*hung"):
             pool.step(np.zeros(1, np.int32))
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 10  # the 1 s timeout, then 2 s of grace before the kill
     assert not worker_children()
 
 
@@ -338,22 +338,18 @@ def run_script(preamble="", body="", **kwargs):
     )
 
 
-def test_workers_never_import_tensorflow_even_if_the_caller_did():
-    path = os.path.join(ROOT, "tests", "envs", "_script_with_tf.py")
+def test_workers_never_import_tensorflow_even_if_the_caller_did(tmp_path):
+    path = tmp_path / "script_with_tf.py"  # spawned workers import the main script by its path
     script = "import tensorflow\nassert 'tensorflow' in sys.modules\n"
-    with open(path, "w") as handle:
-        handle.write(SCRIPT.format(preamble=script, body=""))
-    try:
-        out = subprocess.run(
-            [sys.executable, path],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": ROOT},
-        )
-    finally:
-        os.remove(path)
+    path.write_text(SCRIPT.format(preamble=script, body=""))
+    out = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert "tensorflow in workers: [0.0, 0.0, 0.0, 0.0]" in out.stdout, out.stderr[-2000:]
 
 
@@ -401,14 +397,17 @@ def test_thirty_two_env_atari_pool_starts_fast():
     with EnvPool(AtariConfig(), 4, 8) as pool:
         pool.reset()
         elapsed = time.monotonic() - start
-    assert elapsed < 5.0, f"32-env pool took {elapsed:.1f} s to start"
+    # 2.2 s on an idle 2-core machine. Workers that imported TensorFlow (about 10 s each) or
+    # started one after another would take well over 10 s.
+    assert elapsed < 10.0, f"32-env pool took {elapsed:.1f} s to start"
 
 
 def test_workers_can_be_pinned_and_niced():
-    with EnvPool(ScriptedConfig(), 2, 1, cpu_affinity=[0], worker_niceness=3) as pool:
+    cpu = min(os.sched_getaffinity(0))  # one this process may use
+    with EnvPool(ScriptedConfig(), 2, 1, cpu_affinity=[cpu], worker_niceness=3) as pool:
         pool.reset()
         for pid in pool.pids:
-            assert os.sched_getaffinity(pid) == {0}
+            assert os.sched_getaffinity(pid) == {cpu}
             assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 3
 
 
@@ -476,7 +475,7 @@ def test_a_worker_that_failed_before_its_next_command_is_reported_with_its_error
         pool.send(np.zeros(1, np.int32), 0)
         pool.send(np.zeros(1, np.int32), 1)  # env 1 raises here, and the worker exits
         pool.recv(0)
-        time.sleep(1.0)
+        assert not wait_gone(pool.pids)
         pool.send(np.zeros(1, np.int32), 0)  # to a worker that is gone
         step_1, step_0 = pool.recv(1).truncated.copy(), pool.recv(0).truncated.copy()
         (fault,) = pool.drain_faults()

@@ -19,8 +19,8 @@ def test_scripted_env_numbers_by_hand():
     np.testing.assert_array_equal(result.observation[0, 0], [37, 38, 39, 40])
     assert not env.game.over  # one life left
     np.testing.assert_array_equal(env.reset()[0, 0], [0, 0, 0, 48])  # episode 1: 37 + 11
-    second = [env.step(0).reward for _ in range(3)]
-    assert second == [-1.0, 0.0, 1.0]  # ((t + 0) % 3) - 1
+    second = [env.step(action).reward for action in (2, 0, 0)]
+    assert second == [1.0, 0.0, 1.0]  # ((t + a) % 3) - 1
     assert env.game.over and env.game.length == 6 and env.game.score == sum(rewards) + sum(second)
 
 

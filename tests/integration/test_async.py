@@ -7,11 +7,19 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from tests import shm
 from tests.integration.cluster import start_cluster
 from tests.integration.test_train import ROOT, rows, train
 from tfaccel.bench.memory import descendants, state
+
+
+def updates(checkpoints) -> int:
+    """The updates a learner made, from its latest checkpoint."""
+    return int(
+        tf.train.load_variable(str(checkpoints), "counters/updates/.ATTRIBUTES/VARIABLE_VALUE")
+    )
 
 
 def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
@@ -23,12 +31,16 @@ def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
     assert not (tmp_path / "learner-1" / "policy").exists()  # only the chief exports
     done_first = int(rows(tmp_path)[-1]["env_frames"])
     assert done_first >= 1000
+    # Both learners' steps count: the agent steps the chief logs are more than its own updates
+    # took (each 2 envs of one group x 5 steps under smoke.gin), and no more than both learners'
+    # updates and the rollout each had in flight (the other group's) took.
+    own = [updates(path / "checkpoints") * 2 * 5 for path in (tmp_path, tmp_path / "learner-1")]
+    assert own[0] < done_first // 4 <= sum(own) + 2 * 10, (own, done_first)
     second = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
     assert frames == sorted(frames) and frames[-1] >= 2000  # the counter went on
-    # both learners' steps count: the chief's own rows advance faster than its envs alone
     assert not shm.left_by(first.pid, second.pid)
 
 
