@@ -299,10 +299,12 @@ class Learner:
         )
 
     def _across_replicas(self, value):
-        """Scalars: the mean over replicas; per-sample metrics: all replicas' samples, [N]."""
-        if self.strategy.experimental_local_results(value)[0].shape.rank == 0:
+        """Scalars: the mean over every replica; per-sample metrics: this process's replicas'
+        samples in the order of its batch, [N] (another worker's samples are of its own batch)."""
+        local = self.strategy.experimental_local_results(value)
+        if local[0].shape.rank == 0:
             return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
-        return self.strategy.gather(value, axis=0)
+        return tf.concat(local, axis=0)
 
     def train(self, batch) -> dict:
         """One update on `batch` (numpy arrays or tensors); returns scalar metrics as floats and

@@ -27,7 +27,7 @@ def trained_values(checkpoint_dir):
     return {name: reader.get_tensor(name) for name in names}
 
 
-@pytest.mark.parametrize("config", ["a2c.gin", "categorical_dqn.gin"])
+@pytest.mark.parametrize("config", ["a2c.gin", "rainbow.gin"])
 def test_two_workers_train_and_end_with_identical_parameters(tmp_path, config):
     workers = start_workers(tmp_path, config)
     outputs = [worker.communicate(timeout=300) for worker in workers]
