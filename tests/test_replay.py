@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from tfaccel import replay
+from tfaccel import off_policy, replay
 from tfaccel.envs.pool import SerialPool
 from tfaccel.envs.toy import ScriptedConfig
 from tfaccel.replay import Prefetcher, ReplayBuffer, SumTree
@@ -280,6 +281,35 @@ def test_importance_weights_by_hand():
     assert abs((batch.index == 2).mean() - 3 / 7) < 0.03
 
 
+def test_weights_of_several_buffers_are_normalized_over_the_whole_batch():
+    # Group 0 holds 2 transitions of priority 1 and 3, group 1 holds 4 of priority 1: drawn half
+    # from each, a transition is picked with P_g(i) / 2 per draw against 1/6 for one buffer of
+    # all six, so w = (6 * P_g(i) / 2)^-beta: (3/4)^-1, (9/4)^-1 and (3/4)^-1 with beta = 1.
+    first, second = tiny_buffer(1, 3, alpha=1.0), tiny_buffer(2, 3, alpha=1.0)
+    first.update_priorities(first.indices(), [1.0, 3.0])
+    assert len(first) == 2 and len(second) == 4
+    raw = first.sample(8, beta=1.0, normalize=False)  # (N_g * P_g(i))^-beta, not over the max
+    expected = {int(first.indices()[0]): 2.0, int(first.indices()[1]): 2 / 3}
+    assert dict(zip(raw.index.tolist(), raw.weight.tolist(), strict=True)) == pytest.approx(
+        {int(i): expected[int(i)] for i in raw.index}
+    )
+    batch, shares = off_policy._sample([first, second], 400, beta=1.0)
+    assert shares == [200, 200] and batch.weight.max() == 1.0
+    one = {int(first.indices()[0]): 1.0, int(first.indices()[1]): 1 / 3}
+    np.testing.assert_allclose(batch.weight[:200], [one[int(i)] for i in batch.index[:200]])
+    np.testing.assert_allclose(batch.weight[200:], 1.0)
+
+
+def test_a_uniform_replay_loaded_into_a_prioritized_one_is_sampled_by_priority():
+    uniform = ReplayBuffer(B, 12 * B, (4, 3), n_step=3, seed=1)
+    drive(uniform, 8, seed=0)  # the ring not yet full: empty slots at its end
+    prioritized = ReplayBuffer(B, 12 * B, (4, 3), n_step=3, prioritized=True, seed=1)
+    prioritized.load_state_dict(uniform.state_dict())
+    batch = prioritized.sample(64, beta=0.5)  # the valid transitions get the max priority (1)
+    assert set(batch.index.tolist()) <= set(uniform.indices().tolist())
+    np.testing.assert_array_equal(batch.weight, 1.0)
+
+
 def test_priority_floor():
     buffer = tiny_buffer(1, 3, alpha=1.0, epsilon=0.25)
     buffer.update_priorities(buffer.indices(), [0.0, 0.75])  # floored to 0.25: P = [1/4, 3/4]
@@ -322,6 +352,28 @@ def test_state_dict_round_trip(prioritized, steps):
     other = ReplayBuffer(B, 16 * B, (4, 3), n_step=3, prioritized=prioritized)
     with pytest.raises(ValueError, match=r"keeps 12 steps of 3 envs .* this one keeps 16 steps"):
         other.load_state_dict(state)
+
+
+def test_a_replay_that_cannot_be_written_leaves_no_part_and_says_so(tmp_path, monkeypatch):
+    buffer = ReplayBuffer(B, 12 * B, (4, 3), seed=1)
+    drive(buffer, 8, seed=0)
+    (tmp_path / "replay-100.npz").write_bytes(b"the replay of the checkpoint before")
+
+    def full_disk(path, **arrays):
+        with open(path, "wb") as handle:
+            handle.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    class Log:
+        messages: list[str] = []
+
+        def message(self, text):
+            self.messages.append(text)
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    assert not off_policy._save_replays(str(tmp_path), 200, [buffer], Log())
+    assert sorted(os.listdir(tmp_path)) == ["replay-100.npz"]  # kept: its checkpoint may be
+    assert "not saved with ckpt-200 ([Errno 28] No space left on device)" in Log.messages[0]
 
 
 # ----------------------------------------------------------------------------- Prefetcher

@@ -54,10 +54,20 @@ def _compile_act(network, spec, batch_size: int, atoms, seed: int):
 
 
 def _sample(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[int]]:
-    """An equal share of the batch from each group's buffer, concatenated."""
+    """An equal share of the batch from each group's buffer, concatenated.
+
+    Prioritized: a transition of group g is drawn with probability P_g(i) / G per draw, so its
+    importance weight is (N * P_g(i) / G)^-beta (N: the valid transitions of all groups),
+    normalized by the largest of the whole batch, as one buffer of all groups would weigh it.
+    """
     share = batch_size // len(replays)
-    parts = [replay.sample(share, beta) for replay in replays]
+    sizes = [len(replay) for replay in replays]
+    parts = [replay.sample(share, beta, normalize=False) for replay in replays]
     batch = ReplayBatch(*(np.concatenate(fields) for fields in zip(*parts, strict=True)))
+    if replays[0].prioritized:  # the parts' weights are (N_g * P_g(i))^-beta
+        scale = [(sum(sizes) / (len(replays) * size)) ** -beta for size in sizes]
+        weight = batch.weight * np.repeat(np.asarray(scale, np.float32), share)
+        batch = batch._replace(weight=(weight / weight.max()).astype(np.float32))
     return batch, [share] * len(replays)
 
 
@@ -185,6 +195,20 @@ def train_off_policy(
             )  # fmt: skip
             for g in range(num_groups)
         ]
+        if batch_size % num_groups:
+            raise ValueError(
+                f"train_off_policy.batch_size = {batch_size} does not split into {num_groups} "
+                "equal shares (one from each group's replay): use a multiple of num_groups"
+            )
+        # A full ring still has its newest n steps and its oldest stack - 1 incomplete.
+        reachable = sum((r.time - n_step - stack) * r.num_envs for r in replays)
+        if min_replay_steps > reachable:
+            raise ValueError(
+                f"train_off_policy.min_replay_steps = {min_replay_steps:,} is never reached: a "
+                f"replay of {replay_capacity:,} transitions on {pool.num_envs} envs holds at "
+                f"most {reachable:,} complete ones; lower min_replay_steps or raise "
+                "replay_capacity"
+            )
 
         def make_network():
             return networks.QNetwork(
@@ -221,10 +245,11 @@ def train_off_policy(
             counters.agent_steps.assign(state.frames // frame_skip)
             counters.wall_seconds.assign(state.base_wall + state.elapsed())
             counters.remember_scores(state.recent)
-            if checkpoint_replay:
-                _save_replays(checkpoint_dir, state.frames, replays)
+            # The replay first: a save cut midway resumes from the checkpoint before, with its
+            # replay. A replay that cannot be written (a full disk) still lets the checkpoint be.
+            saved = checkpoint_replay and _save_replays(checkpoint_dir, state.frames, replays, log)
             saver.save(state.frames)
-            if checkpoint_replay:
+            if saved:
                 _prune_replays(checkpoint_dir, state.frames)
             state.last_save = state.frames
             if chief:
@@ -289,7 +314,8 @@ def train_off_policy(
         if state.frames > state.last_log:
             final_epsilon = dqn.epsilon(algorithm, state.frames // frame_skip)
             _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon, total_frames)
-        save(state)
+        if state.frames > state.last_save:  # not saved already at this count
+            save(state)
         if stop.signal_name:
             log.message(
                 f"stopped by {stop.signal_name} at {state.frames:,} frames; checkpoint saved: "
@@ -346,8 +372,12 @@ def _replay_path(directory: str, frames: int) -> str:
     return os.path.join(directory, f"replay-{frames}.npz")
 
 
-def _save_replays(directory: str, frames: int, replays) -> None:
-    """Writes every group's replay state to `replay-{frames}.npz`, atomically."""
+def _save_replays(directory: str, frames: int, replays, log) -> bool:
+    """Writes every group's replay state to `replay-{frames}.npz`, atomically; True if it did.
+
+    A write that fails (a full disk, say) leaves no partial file and does not stop the run: the
+    checkpoint is still saved, and a resume from it refills the replay.
+    """
     os.makedirs(directory, exist_ok=True)
     arrays = {
         f"group{g}/{name}": value
@@ -355,12 +385,23 @@ def _save_replays(directory: str, frames: int, replays) -> None:
         for name, value in replay.state_dict().items()
     }
     temporary = _replay_path(directory, frames) + ".partial.npz"
-    np.savez(temporary, **arrays)
-    os.replace(temporary, _replay_path(directory, frames))
+    try:
+        np.savez(temporary, **arrays)
+        os.replace(temporary, _replay_path(directory, frames))
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        log.message(
+            f"warning: the replay memory was not saved with ckpt-{frames} ({error}); a resume "
+            "from that checkpoint refills the replay"
+        )
+        return False
+    return True
 
 
 def _prune_replays(directory: str, frames: int) -> None:
-    """Removes replay files of older checkpoints (the memory is large: one file is kept)."""
+    """Removes replay files of older checkpoints, and parts of cut saves (the memory is large:
+    one file is kept)."""
     keep = _replay_path(directory, frames)
     for path in glob.glob(os.path.join(directory, "replay-*.npz")):
         if path != keep:

@@ -399,12 +399,14 @@ class ReplayBuffer:
         )
 
     @_locked
-    def sample(self, batch_size: int, beta: float = 0.4) -> ReplayBatch:
+    def sample(self, batch_size: int, beta: float = 0.4, normalize: bool = True) -> ReplayBatch:
         """Draws `batch_size` valid transitions, uniformly or by priority.
 
         Args:
             batch_size: N.
             beta: importance-weight exponent: weights are (N_valid * P(i))^-beta over their max.
+            normalize: divide the weights by their max (False: the caller normalizes, e.g. over
+                a batch drawn from several buffers).
         """
         if self._num_valid == 0:
             raise ValueError("the replay buffer holds no complete transition yet")
@@ -421,14 +423,22 @@ class ReplayBuffer:
             return self.get(index)
         total = self._tree.total()
         index = self._tree.sample(self._rng.uniform(0.0, total, batch_size))
-        while True:  # a value at the right edge can round into an empty leaf
-            bad = ~flat_valid[index]
+        bad = ~flat_valid[index]
+        for _ in range(8):  # a value at the right edge can round into an empty leaf
             if not bad.any():
                 break
             index[bad] = self._tree.sample(self._rng.uniform(0.0, total, int(bad.sum())))
+            bad = ~flat_valid[index]
+        if bad.any():
+            raise RuntimeError(
+                f"the sum tree (total {total}) does not match the {self._num_valid} valid "
+                "transitions: its draws keep landing on empty slots"
+            )
         probability = self._tree.get(index) / total  # [N]
         weight = (self._num_valid * probability) ** -beta
-        return self.get(index)._replace(weight=(weight / weight.max()).astype(np.float32))
+        if normalize:
+            weight = weight / weight.max()
+        return self.get(index)._replace(weight=weight.astype(np.float32))
 
     @_locked
     def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
@@ -505,6 +515,10 @@ class ReplayBuffer:
         for name in self._SCALARS:
             setattr(self, "_" + name, type(getattr(self, "_" + name))(state[name]))
         self._tree.nodes[...] = state["tree"]
+        if self.prioritized:  # valid transitions saved by a uniform buffer have no priority yet
+            valid = self._valid.reshape(-1)
+            unset = np.flatnonzero(valid & (self._tree.get(np.arange(valid.size)) == 0))
+            self._tree.update(unset, self._max_priority)
         w = [int(x) for x in state["rng"]]
         self._rng.bit_generator.state = {
             "bit_generator": "PCG64",

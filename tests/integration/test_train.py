@@ -433,8 +433,13 @@ def test_warmup_frames_raise_the_rate_linearly_then_hold_it(tmp_path):
     ],
 )
 def test_every_q_config_runs_with_smoke(tmp_path, config, head):
-    evaluation = (
-        ["--gin_bindings=train_off_policy.eval_episodes = 1"] if config == "dqn.gin" else []
+    evaluation = (  # a checkpoint at every 400 frames, the last at the end: saved once
+        [
+            "--gin_bindings=train_off_policy.eval_episodes = 1",
+            "--gin_bindings=train_off_policy.checkpoint_interval_frames = 400",
+        ]
+        if config == "dqn.gin"
+        else []
     )
     result = train(tmp_path, f"--gin_file={config}", "--gin_file=smoke.gin", *evaluation)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -445,7 +450,7 @@ def test_every_q_config_runs_with_smoke(tmp_path, config, head):
     assert metadata["head"] == head and metadata["num_actions"] == 6
     if evaluation:  # the exported Q policy played a full game at each checkpoint
         scores = list(csv.DictReader(open(tmp_path / "eval.csv", newline="")))
-        assert [int(row["env_frames"]) // 1000 for row in scores] == [1, 2]
+        assert [int(row["env_frames"]) for row in scores] == [400, 800, 1200, 1600, 2000]
         assert float(scores[-1]["eval_return_mean"]) <= -15  # an untrained Pong policy loses
 
 
@@ -538,6 +543,18 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
                 "--gin_bindings=train_off_policy.replay_capacity = 1_000_000_000_000",
             ],
             "available: lower train_off_policy.replay_capacity",
+        ),
+        (
+            ["--gin_file=catch_dqn.gin", "--gin_bindings=train_off_policy.batch_size = 65"],
+            "train_off_policy.batch_size = 65 does not split into 2 equal shares",
+        ),
+        (
+            [
+                "--gin_file=catch_dqn.gin",
+                "--gin_bindings=train_off_policy.replay_capacity = 1_000",
+            ],
+            "train_off_policy.min_replay_steps = 1,000 is never reached: a replay of 1,000 "
+            "transitions on 8 envs holds at most",
         ),
         (
             ["--gin_file=catch_dqn.gin", "--gin_bindings=CatchConfig.vector = True"],
