@@ -18,6 +18,7 @@ import glob
 import os
 import re
 import time
+import zipfile
 
 import gin
 import numpy as np
@@ -422,15 +423,55 @@ def _restore_replays(directory: str, checkpoint_path: str, replays) -> bool:
         with np.load(path, allow_pickle=False) as archive:  # never unpickle a file
             for g, replay in enumerate(replays):
                 prefix = f"group{g}/"
-                replay.load_state_dict(
-                    {k[len(prefix) :]: archive[k] for k in archive.files if k.startswith(prefix)}
-                )
-    except (OSError, ValueError, KeyError, EOFError) as error:
+                state = {
+                    k[len(prefix) :]: archive[k]
+                    for k in archive.files
+                    if k.startswith(prefix) and k != prefix + "frames"
+                }
+                with _StoredRows(archive.zip, prefix + "frames.npy") as frames:
+                    replay.load_state_dict(dict(state, frames=frames))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise ValueError(
             f"cannot restore the replay memory from {path} ({error}); delete the file to refill "
             "the replay instead, or set train_off_policy.checkpoint_replay = False"
         ) from error
     return True
+
+
+class _StoredRows:
+    """An array of an `.npz` file (as `np.savez` writes them: stored, not compressed) read block
+    by block as its row slices are asked for, in order, so only one block is in memory."""
+
+    def __init__(self, archive: zipfile.ZipFile, member: str):
+        self._stream = archive.open(member)
+        version = np.lib.format.read_magic(self._stream)
+        if version == (1, 0):
+            self.shape, fortran, self.dtype = np.lib.format.read_array_header_1_0(self._stream)
+        else:
+            self.shape, fortran, self.dtype = np.lib.format.read_array_header_2_0(self._stream)
+        if fortran or self.dtype.hasobject:
+            raise ValueError(f"{member}: not an array of plain values in C order")
+        self._next = 0
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, step = rows.indices(self.shape[0])
+        if start != self._next or step != 1:
+            raise ValueError(f"rows {start}:{stop} asked for, but the next ones are {self._next}:")
+        block = np.empty((stop - start, *self.shape[1:]), self.dtype)
+        view, done = memoryview(block).cast("B"), 0
+        while done < block.nbytes:
+            count = self._stream.readinto(view[done:])
+            if not count:
+                raise EOFError(f"the file ends before row {stop} of {self.shape[0]}")
+            done += count
+        self._next = stop
+        return block
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stream.close()
 
 
 def _log(log, state, sampler, stored: int, epsilon: float, total_frames: int) -> None:

@@ -461,6 +461,7 @@ class ReplayBuffer:
     _BY_STEP |= {"final_id": -1, "valid": False}
     _ARRAYS = ("final_frames", "final_step")
     _SCALARS = ("count", "finals", "num_valid", "max_priority")
+    _LOAD_ROWS = 1024  # ring slots copied at a time by `load_state_dict`
 
     @_locked
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -485,6 +486,10 @@ class ReplayBuffer:
     def load_state_dict(self, state) -> None:
         """Restores `state_dict()`; the next `add` starts a new stream (see the module doc).
 
+        The values are arrays, or for the per-slot rows anything with a `shape` whose row
+        slices, taken in order, are arrays (a file read block by block: the 8 GB of frames of a
+        full replay need not be in memory twice).
+
         Raises:
             ValueError: the state belongs to a buffer of other sizes.
         """
@@ -498,14 +503,16 @@ class ReplayBuffer:
         rows = min(int(state["count"]), self.time)
         for name, initial in self._BY_STEP.items():
             target, saved = getattr(self, "_" + name), state[name]
-            if saved.shape == target.shape:  # saved whole, as tfaccel did before
-                saved = saved[:rows]
-            if saved.shape != (rows, *target.shape[1:]):
+            whole = saved.shape == target.shape  # saved whole, as tfaccel did before
+            if saved.shape != (rows, *target.shape[1:]) and not whole:
                 raise ValueError(
                     f"{name}: shape {saved.shape}, expected {(rows, *target.shape[1:])} "
                     f"(capacity {self.time * self.num_envs:,})"
                 )
-            target[:rows] = saved
+            # In blocks of rows, in order: `saved` may be a file read as it is copied.
+            for start in range(0, rows, self._LOAD_ROWS):
+                stop = min(start + self._LOAD_ROWS, rows)
+                target[start:stop] = saved[start:stop]
             target[rows:] = initial
         for name in self._ARRAYS:
             target = getattr(self, "_" + name)
