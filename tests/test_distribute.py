@@ -5,11 +5,14 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from tfaccel.distribute import strategies
+from tfaccel.distribute import asynchronous, strategies
+from tfaccel.distribute.param_store import ParameterStore
 from tfaccel.types import Rollout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +49,12 @@ def test_shard_splits_rollouts_by_env_and_refuses_uneven_splits():
         ('{"cluster": {"worker": ["a:1"]}, "task": "worker"}', "no task type 'worker'"),
         ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps"}}', "no task type 'worker'"),
         ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "not in 0..0"),
+        (
+            '{"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, '
+            '"task": {"type": "worker", "index": 0}}',
+            "names a 'chief' task",
+        ),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', "'chief'"),
     ],
 )
 def test_malformed_tf_config_is_named(text, message):
@@ -66,7 +75,7 @@ def test_unknown_strategy_kind_lists_the_valid_ones():
 
 
 EQUIVALENCE = """
-from tfaccel.distribute import strategies
+from tfaccel.distribute import asynchronous, strategies
 mirrored = strategies.make_strategy("mirrored", logical_cpus=2)
 import keras, numpy as np, tensorflow as tf
 from tests.algorithms.test_a2c import TinyNetwork, random_rollout
@@ -163,3 +172,48 @@ def test_slurm_cluster_outside_a_slurm_job_is_named(monkeypatch):
         strategies.make_strategy("multi_worker", cluster="slurm")
     with pytest.raises(ValueError, match="valid: tf_config, slurm"):
         strategies.make_strategy("multi_worker", cluster="k8s")
+
+
+def test_learners_take_the_gpus_the_user_made_visible_in_turn():
+    assert asynchronous.learner_gpus(2, 0, None) == [{}, {}]
+    mine = asynchronous.learner_gpus(2, 2, "2,3")
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in mine] == ["2", "3"]
+    assert all("TF_FORCE_GPU_ALLOW_GROWTH" not in env for env in mine)  # one GPU each
+    shared = asynchronous.learner_gpus(3, 2, None)
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in shared] == ["0", "1", "0"]
+    assert all(env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" for env in shared)
+
+
+class _AddLearner:
+    """A learner whose update adds the batch to its one variable."""
+
+    def __init__(self):
+        self.variable = tf.Variable(np.zeros(3, np.float32))
+        self.network = types.SimpleNamespace(trainable_variables=[self.variable])
+
+    def train(self, batch):
+        self.variable.assign_add(np.full(3, batch, np.float32))
+        return {}
+
+
+def test_an_async_learner_saves_the_stores_parameters_and_a_restore_resets_the_store():
+    store = ParameterStore.create(3)
+    try:
+        store.set(np.ones(3, np.float32))
+        agent = _AddLearner()
+        sync = asynchronous.StoreSync(agent, steps_per_push=4)
+        sync.connect(store)
+        np.testing.assert_array_equal(agent.variable.numpy(), [1, 1, 1])
+        sync.train(1.0)  # a round in progress: the store has not seen it
+        store.push(np.full(3, 10, np.float32))  # another learner's push
+        np.testing.assert_array_equal(store.pull(), [11, 11, 11])
+        sync.flush()  # before a save: both changes, in the store and in the network
+        np.testing.assert_array_equal(store.pull(), [12, 12, 12])
+        np.testing.assert_array_equal(agent.variable.numpy(), [12, 12, 12])
+        agent.variable.assign(np.full(3, 5, np.float32))  # the checkpoint's weights, restored
+        sync.reset_store()
+        np.testing.assert_array_equal(store.pull(), [5, 5, 5])
+        sync.train(1.0)  # a new round starts from the store
+        np.testing.assert_array_equal(agent.variable.numpy(), [6, 6, 6])
+    finally:
+        store.close()

@@ -129,13 +129,16 @@ def weights(agent):
 
 def test_a_nonfinite_loss_or_gradient_skips_the_step_and_says_where():
     config = a2c.A2CConfig()
-    poison = tf.Variable(0.0)  # 1: a NaN loss; 2: a NaN gradient of one variable, finite loss
+    # 1: a NaN loss; 2: a NaN gradient of one variable, finite loss; 3: finite gradients whose
+    # global norm overflows float32
+    poison = tf.Variable(0.0)
 
     def loss_fn(network, batch):
         loss, metrics = a2c.loss(network, batch, config)
         last = network.trainable_variables[-1]
         bad_gradient = tf.sqrt(tf.reduce_sum(tf.square(last * 0.0)))  # 0, its gradient NaN
         loss = loss + tf.where(poison == 2.0, bad_gradient, 0.0)
+        loss = loss + tf.where(poison == 3.0, 1e30 * tf.reduce_sum(last), 0.0)
         return tf.where(poison == 1.0, np.nan, loss), metrics
 
     agent = make_learner(loss_fn)
@@ -149,6 +152,9 @@ def test_a_nonfinite_loss_or_gradient_skips_the_step_and_says_where():
     poison.assign(2.0)
     assert agent.train(rollout)["skipped_updates"] == 1.0
     assert agent.last_fault == f"the gradient of {agent.network.trainable_variables[-1].path}"
+    poison.assign(3.0)
+    assert agent.train(rollout)["skipped_updates"] == 1.0
+    assert agent.last_fault.startswith("the gradients' global norm")
     for old, new in zip(before, weights(agent), strict=True):
         np.testing.assert_array_equal(old, new)  # neither step touched the weights
     assert int(agent.optimizer.iterations) == steps

@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import signal
 import time
 
 import numpy as np
@@ -97,3 +98,26 @@ def test_a_store_is_told_apart_by_its_makers_pid_until_it_is_closed():
     finally:
         store.close()
     assert os.path.basename(store.path) not in shm.left_by(os.getpid())
+
+
+def _die_holding(handle, chunk):
+    ParameterStore.attach(handle)._locks[chunk].acquire()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_lock_a_killed_learner_held_is_named_not_waited_on_forever():
+    context = multiprocessing.get_context("spawn")
+    store = ParameterStore.create(100, chunks=4, context=context)
+    try:
+        killed = context.Process(target=_die_holding, args=(store.handle(), 2))
+        killed.start()
+        killed.join()
+        assert killed.exitcode == -signal.SIGKILL
+        store.lock_timeout = 0.5
+        store.set_steps(5)  # other chunks' locks still work
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="a learner was killed while it held it"):
+            store.pull()
+        assert time.monotonic() - started < 5
+    finally:
+        store.close()

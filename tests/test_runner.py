@@ -1,3 +1,8 @@
+import re
+import types
+
+import pytest
+
 from tfaccel import runner
 
 
@@ -90,3 +95,19 @@ def test_a_resume_keeps_the_previous_settings_and_warns_only_when_they_changed(t
     assert (tmp_path / "operative_config.4000.gin").read_text() == BEFORE  # the first, kept
     assert (tmp_path / "operative_config.4000-2.gin").read_text() == second
     assert "operative_config.4000-2.gin" in log.messages[2]
+
+
+@pytest.mark.parametrize(
+    "horizon, epochs, minibatches, message",
+    [
+        (0, 1, 1, "horizon is 0; it must be 1 or more"),
+        (5, 0, 1, "epochs is 0; it must be 1 or more"),
+        (5, 1, 0, "minibatches is 0; it must be 1 or more"),
+        (5, 4, 3, "a rollout of 40 samples per replica (horizon 5 x 8 envs) does not split into 3"),
+    ],
+)
+def test_a_rollout_the_learner_cannot_use_whole_is_named(horizon, epochs, minibatches, message):
+    algorithm = types.SimpleNamespace(epochs=epochs, minibatches=minibatches)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        runner._check_rollout(horizon, 8, algorithm)
+    runner._check_rollout(5, 8, types.SimpleNamespace(epochs=4, minibatches=4))  # 40 = 4 x 10

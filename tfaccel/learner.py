@@ -27,7 +27,7 @@ LossFn = Callable[[keras.Model, object], tuple[tf.Tensor, dict]]
 
 # Where a non-finite value stopped a step (`nonfinite_where`): nowhere, in the loss, or else the
 # index of the first trainable variable whose gradient was not finite.
-NONFINITE_NONE, NONFINITE_LOSS = -2, -1
+NONFINITE_NONE, NONFINITE_LOSS, NONFINITE_NORM = -2, -1, -3
 
 
 def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
@@ -129,11 +129,13 @@ def _skip_optimizer_all_reduce(optimizer: keras.Optimizer) -> bool:
 
 
 def _fault(gradients, bad_loss) -> tf.Tensor:
-    """Where a non-finite value stopped a step: the loss, or the first variable whose gradient
-    (before clipping, which spreads one NaN to every gradient) is not finite."""
-    finite = [tf.reduce_all(tf.math.is_finite(gradient)) for gradient in gradients]
-    first = tf.argmin(tf.cast(tf.stack(finite), tf.int32), output_type=tf.int32)
-    return tf.where(bad_loss > 0.0, NONFINITE_LOSS, first)
+    """Where a non-finite value stopped a step: the loss, the first variable whose gradient
+    (before clipping, which spreads one NaN to every gradient) is not finite, or, with every
+    gradient finite, their global norm (too large for float32)."""
+    finite = tf.cast(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]), tf.int32)
+    first = tf.argmin(finite, output_type=tf.int32)
+    where = tf.where(tf.reduce_all(finite > 0), NONFINITE_NORM, first)
+    return tf.where(bad_loss > 0.0, NONFINITE_LOSS, where)
 
 
 class Learner:
@@ -316,11 +318,10 @@ class Learner:
         metrics = self._train(self._distribute(batch))
         where = int(metrics.pop("nonfinite_where"))
         if where != NONFINITE_NONE:
-            self.last_fault = (
-                "the loss"
-                if where == NONFINITE_LOSS
-                else f"the gradient of {self.network.trainable_variables[where].path}"
-            )
+            self.last_fault = {
+                NONFINITE_LOSS: "the loss",
+                NONFINITE_NORM: "the gradients' global norm (finite gradients, too large to sum)",
+            }.get(where) or f"the gradient of {self.network.trainable_variables[where].path}"
         return {
             name: float(value) if value.shape.rank == 0 else value.numpy()
             for name, value in metrics.items()

@@ -263,7 +263,7 @@ def train_off_policy(
         sampler = ReplaySampler(pool, act, replays)
         state = _LoopState(counters, frame_skip, algorithm.target_update_period)
         state.beta = priority_beta
-        guard = runner.NonFiniteGuard(on_nonfinite, agent, saver, log)
+        guard = runner.NonFiniteGuard(on_nonfinite, agent, saver, log, team)
         watch = runner.DeadNetworkWatch(log)
         warm = False  # every worker has min_replay_steps transitions (they start together)
 

@@ -55,16 +55,38 @@ for _function in (
 
 class StopRequest:
     """Turns SIGINT/SIGTERM into a flag the loop checks, so a stop always saves first;
-    `on_signal()`, if given, also runs at each signal (the asynchronous launcher forwards it)."""
+    `on_signal()`, if given, also runs at each signal (the asynchronous launcher forwards it).
+
+    A process that must not die of a signal before its loop starts (a learner of an
+    asynchronous run, stopped while it starts up) calls `StopRequest.hold_early()` first: a signal
+    until then is kept, and the first `StopRequest` entered takes it over (the loop then saves
+    after its first update and stops).
+    """
+
+    _early: str | None = None
 
     def __init__(self, on_signal=None):
         self.signal_name = None
         self._on_signal = on_signal
         self._previous = {}
 
+    @classmethod
+    def hold_early(cls) -> None:
+        def keep(number, frame):
+            cls._early = signal.Signals(number).name
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, keep)
+
+    @classmethod
+    def early_signal(cls) -> str | None:
+        """The signal held since `hold_early`, if one came."""
+        return cls._early
+
     def __enter__(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
+        self.signal_name, StopRequest._early = StopRequest._early, None
         return self
 
     def _handle(self, number, frame):
@@ -241,7 +263,9 @@ class NonFiniteGuard:
     never applies one; see `Learner.train`): it says where the value appeared and, by `action`:
 
     - `skip`: goes on with the next batch;
-    - `restore`: reloads the weights and optimizer state of the last checkpoint, then goes on;
+    - `restore`: reloads the weights and optimizer state of the last checkpoint (keeping the
+      optimizer's step count: the learning rate's schedule goes on), then goes on; `team` then
+      shares the restored weights (an asynchronous run's parameter store takes them);
     - `stop`: ends the run with that message (a `ValueError`); the last checkpoint stays.
 
     `check` replaces the update's `skipped_updates` by the count of this process so far.
@@ -254,9 +278,10 @@ class NonFiniteGuard:
         if action not in cls.ACTIONS:
             raise ValueError(f"on_nonfinite must be one of {cls.ACTIONS}, got {action!r}")
 
-    def __init__(self, action: str, agent, saver, log):
+    def __init__(self, action: str, agent, saver, log, team=None):
         self.check_action(action)
         self.action, self._agent, self._saver, self._log = action, agent, saver, log
+        self._team = team
         self.skipped = 0
 
     def check(self, metrics: dict, frames: int) -> None:
@@ -272,7 +297,12 @@ class NonFiniteGuard:
                 f"{text}; stopping (on_nonfinite = 'stop'), the last checkpoint is intact"
             )
         if self.action == "restore":
+            iterations = self._agent.optimizer.iterations
+            steps = int(iterations)
             path = self._saver.restore_only("network", "target", "optimizer")
+            iterations.assign(steps)
+            if path and self._team is not None:
+                self._team.after_restore(self._agent)
             text += f"; weights restored from {os.path.basename(path)}" if path else ""
         self._log.message(f"warning: {text}")
 
@@ -393,15 +423,16 @@ def train(
     networks.set_precision()  # gin: set_precision.policy
     group_size = max(num_workers, 1) * envs_per_worker // max(num_groups, 1)  # 0: in process
     strategies.check_split(strategy, group_size, "the number of envs per group")
+    _check_rollout(horizon, group_size // strategies.local_replicas(strategy), algorithm)
     # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
     # the chief owns root_dir, the others keep their state in their own directory below it.
     team = team or strategies.SyncTeam(strategy)
-    workers, chief, seed = team.size, team.chief, team.seed(seed)
+    learners, chief, seed = team.learners, team.chief, team.seed(seed)
     run_dir, log, eval_log = open_run(root_dir, team)
     frame_skip = getattr(env, "frame_skip", 1)
     with make_pool(env, num_workers, envs_per_worker, num_groups, seed, worker_niceness) as pool:
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
-        frames_per_rollout = frame_skip * horizon * pool.group_size * workers
+        frames_per_rollout = frame_skip * horizon * pool.group_size * learners
         steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
         decay = (
             learner.linear_decay(
@@ -448,6 +479,7 @@ def train(
         atari = env if isinstance(env, AtariConfig) else None
 
         def save(frames: int, wall_s: float) -> None:
+            team.before_save(agent)
             saver.save(frames)
             if chief:
                 publish_policy(
@@ -456,8 +488,23 @@ def train(
                 )  # fmt: skip
 
         limits = (total_frames, max_wall_seconds, log_interval_frames, checkpoint_interval_frames)
-        guard = NonFiniteGuard(on_nonfinite, agent, saver, log)
+        guard = NonFiniteGuard(on_nonfinite, agent, saver, log, team)
         return _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard)
+
+
+def _check_rollout(horizon: int, samples_per_step: int, algorithm) -> None:
+    """Raises a one-line ValueError for a rollout the learner cannot use whole."""
+    epochs, minibatches = getattr(algorithm, "epochs", 1), getattr(algorithm, "minibatches", 1)
+    for name, value in (("horizon", horizon), ("epochs", epochs), ("minibatches", minibatches)):
+        if value < 1:
+            raise ValueError(f"{name} is {value}; it must be 1 or more")
+    samples = horizon * samples_per_step
+    if samples % minibatches:
+        raise ValueError(
+            f"a rollout of {samples} samples per replica (horizon {horizon} x {samples_per_step} "
+            f"envs) does not split into {minibatches} minibatches: make it a multiple of "
+            f"{minibatches}"
+        )
 
 
 def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):

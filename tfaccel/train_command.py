@@ -96,8 +96,11 @@ def print_summary(summary: dict, root_dir: str) -> None:
         if row.get("episode_return_raw_mean") not in (None, "", "nan")
         and not math.isnan(float(row["episode_return_raw_mean"]))
     ]
-    frames, wall = summary["env_frames"], summary["wall_s"]
-    steps = int(rows[-1]["agent_steps"]) if rows else 0
+    last = rows[-1] if rows else {"env_frames": 0, "agent_steps": 0, "wall_s": 0.0}
+    # A run stopped before it trained has no summary of its own: the log's last row is its state.
+    frames = summary.get("env_frames", int(last["env_frames"]))
+    wall = summary.get("wall_s", float(last["wall_s"]))
+    steps = int(last["agent_steps"])
     print(
         f"done: {frames:,} frames ({steps:,} agent steps) in {wall / 60:.1f} min of training, "
         f"{steps / max(wall, 1e-9):,.0f} agent steps/s"

@@ -1,5 +1,6 @@
 """Asynchronous runs through bin/train: two learner processes around the parameter store."""
 
+import os
 import re
 import signal
 import subprocess
@@ -73,7 +74,9 @@ def start_machines(root_dir, *bindings):
 
 
 def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
-    machines = start_machines(tmp_path, "train.total_frames = 8_000")
+    machines = start_machines(
+        tmp_path, "train.total_frames = 8_000", "train.decay_learning_rate = True"
+    )
     outputs = [machine.communicate(timeout=300) for machine in machines]
     for machine, (_, err) in zip(machines, outputs, strict=True):
         assert machine.returncode == 0, err[-3000:]
@@ -87,6 +90,9 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
         # Frames count the envs of both machines.
         assert int(table[-1]["env_frames"]) >= 8000
         assert float(table[-1]["wall_s"]) > 0
+        # The decay spans the updates of both machines' learners: it reached 0 at the end
+        # (counting one machine's, it would stand at half the initial 1e-3).
+        assert float(table[-1]["learning_rate"]) < 0.2e-3, table[-1]
     assert not shm.left_by(*[machine.pid for machine in machines])
 
 
@@ -134,3 +140,24 @@ def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
     assert not [pid for pid in learners if state(pid) not in ("", "Z")], "processes left"
     assert not shm.left_by(process.pid, *learners)
     assert 0 < int(rows(tmp_path)[-1]["env_frames"]) < 100_000_000
+
+
+def test_ctrl_c_while_the_learners_start_is_a_stop_not_a_failure(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(descendants(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the learners are spawned: they load Python and TensorFlow now
+    learners = descendants(process.pid)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    assert "stopped by SIGINT" in out and "Traceback" not in err, (out, err[-3000:])
+    deadline = time.monotonic() + 30
+    while any(state(pid) not in ("", "Z") for pid in learners) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in learners if state(pid) not in ("", "Z")], "processes left"
+    assert not shm.left_by(process.pid, *learners)

@@ -318,6 +318,13 @@ def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path,
     assert int(table[-1]["skipped_updates"]) == 2 and int(table[0]["skipped_updates"]) == 0
     assert all(row["loss"] not in ("nan", "inf") for row in table[-2:])
     assert all(row["episode_return_raw_mean"] != "nan" for row in table)  # NaN games left out
+    # The optimizer counts every update but the two skipped: a restore keeps its count (its
+    # learning rate's schedule goes on), it does not go back to the checkpoint's.
+    updates, iterations = (
+        tf.train.load_variable(str(tmp_path / "checkpoints"), f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+        for name in ("counters/updates", "optimizer/_iterations")
+    )
+    assert int(iterations) == int(updates) - 2, (iterations, updates)
     metadata = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
     assert (
         metadata["extra"]["env_frames"] >= 2000
@@ -521,6 +528,10 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "gin file 'no_such.gin' not found; configs in gin_configs/: a2c.gin",
         ),
         (["--gin_bindings=train.num_groups = 3"], "num_groups must be 1 or 2, got 3"),
+        (
+            ["--gin_file=catch_ppo.gin", "--gin_bindings=PPOConfig.minibatches = 5"],
+            "a rollout of 128 samples per replica (horizon 16 x 8 envs) does not split into 5",
+        ),
         (
             ["--gin_file=distribute/mirrored.gin", "--gin_bindings=make_strategy.logical_cpus = 3"],
             "the number of envs per group is 2, which does not split among 3 replicas",

@@ -27,6 +27,7 @@ import os
 import queue
 import secrets
 import signal
+import sys
 import threading
 import time
 from multiprocessing import connection
@@ -84,6 +85,19 @@ class StoreSync:
         self._start = self._store.pull()
         self._write(self._start)
 
+    def flush(self) -> None:
+        """Pushes the change of a round in progress, then pulls: the network holds the store's
+        parameters (the next update starts a new round)."""
+        if self._since_pull:
+            self._store.push(self.read() - self._start)
+            self._since_pull = 0
+        self.pull()
+
+    def reset_store(self) -> None:
+        """Sets the store to the network's parameters (the others' pushes since are dropped)."""
+        self._store.set(self.read())
+        self._since_pull = 0
+
     def train(self, batch) -> dict:
         """One local update; every `steps_per_push` of them, pushes their change to the store."""
         if self._since_pull == 0:
@@ -105,9 +119,10 @@ class AsyncTeam:
 
     def __init__(
         self, index: int, size: int, steps_per_push: int, store_name: str, locks, ready,
-        operative_config: str = "", machine: int = 0,
+        operative_config: str = "", machine: int = 0, machines: int = 1,
     ):  # fmt: skip
         self.index, self.size, self.chief, self.machine = index, size, index == 0, machine
+        self.learners = size * machines  # of the whole run: they share its frames
         self.operative_config = operative_config  # the launcher's settings, for the run dir
         self._steps_per_push, self._store_name, self._locks = steps_per_push, store_name, locks
         self._ready, self.store, self._reported = ready, None, 0
@@ -129,11 +144,27 @@ class AsyncTeam:
             self.store.set_steps(int(counters.agent_steps))
             self._ready.set()
         else:
-            if not self._ready.wait(timeout=600):
-                raise RuntimeError("the chief learner did not create the parameter store in 600 s")
+            deadline = time.monotonic() + 600
+            while not self._ready.wait(timeout=0.5):
+                if runner.StopRequest.early_signal():  # before the store: nothing to save
+                    sys.exit(0)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "the chief learner did not create the parameter store in 600 s"
+                    )
             self.store = ParameterStore.attach((self._store_name, sync.size, self._locks))
         sync.connect(self.store)
         return sync
+
+    def before_save(self, agent: StoreSync) -> None:
+        """The checkpoint and the export hold the store's parameters (this learner's pending
+        change pushed first), not this learner's copy of them."""
+        agent.flush()
+
+    def after_restore(self, agent: StoreSync) -> None:
+        """The store takes the weights this learner restored (its last checkpoint, saved from
+        the store): every learner goes on from them."""
+        agent.reset_store()
 
     def agent_steps(self, base_steps: int, local_steps: int) -> int:
         """All learners' agent steps (this learner adds the steps it took since it last asked)."""
@@ -169,10 +200,24 @@ def _stop_when_orphaned(parent: int) -> None:
     threading.Thread(target=watch, name="tfaccel-orphan-watch", daemon=True).start()
 
 
-def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: str | None):
+def learner_gpus(learners: int, visible: int, cuda_visible: str | None) -> list[dict]:
+    """The environment each learner starts with: GPU i modulo the `visible` GPUs, named as the
+    user's `CUDA_VISIBLE_DEVICES` names them (its i-th entry; the i-th GPU without it); when
+    learners share a GPU, each allocates its memory as it grows (else the first takes it all)."""
+    if not visible:
+        return [{} for _ in range(learners)]
+    names = cuda_visible.split(",") if cuda_visible else [str(i) for i in range(visible)]
+    shared = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"} if learners > visible else {}
+    return [
+        {"CUDA_VISIBLE_DEVICES": names[index % visible].strip(), **shared}
+        for index in range(learners)
+    ]
+
+
+def _learner_main(config: str, root_dir: str, team_args: tuple, results, environment: dict):
+    runner.StopRequest.hold_early()  # stopped while it starts: it saves after its first update
     _stop_when_orphaned(os.getppid())
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    os.environ.update(environment)
     from tfaccel import off_policy  # noqa: F401  (registers every configurable)
 
     gin.parse_config(config)
@@ -180,6 +225,8 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, gpu: st
     try:
         summary = runner.train(root_dir, team=team)
     except Exception as error:  # the launcher names it; the traceback goes to stderr
+        if runner.StopRequest.early_signal():  # stopped while it started (an env worker that
+            return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
         results.put((team.index, {"error": str(error).strip().splitlines()[0][:300]}))
         raise
     finally:
@@ -218,15 +265,19 @@ def train_async(
     if sync_period_seconds <= 0:
         raise ValueError(f"sync_period_seconds must be > 0, got {sync_period_seconds}")
     strategy = machines.collective_strategy() if sync_machines else None  # before TF's devices
-    machine = 0
+    machine, machine_count = 0, 1
     if strategy is not None:
-        machine = strategies.worker_index(strategy)
+        machine, machine_count = strategies.worker_index(strategy), strategies.num_workers(strategy)
         root_dir = root_dir if machine == 0 else os.path.join(root_dir, f"machine-{machine}")
     context = multiprocessing.get_context("spawn")
     locks = [context.Lock() for _ in range(chunks)]
     ready, results = context.Event(), context.Queue()
     name = f"tfaccel-ps-{os.getpid()}-{secrets.token_hex(4)}"
-    gpus = [str(i) for i, _ in enumerate(tf.config.list_physical_devices("GPU"))]
+    environments = learner_gpus(
+        learners,
+        len(tf.config.list_physical_devices("GPU")),
+        os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
     config, operative = gin.config_str(), gin.operative_config_str()
     processes = [
         context.Process(
@@ -234,23 +285,42 @@ def train_async(
             args=(
                 config,
                 root_dir,
-                (index, learners, steps_per_push, name, locks, ready, operative, machine),
+                (
+                    index,
+                    learners,
+                    steps_per_push,
+                    name,
+                    locks,
+                    ready,
+                    operative,
+                    machine,
+                    machine_count,
+                ),
                 results,
-                gpus[index % len(gpus)] if gpus else None,
+                environments[index],
             ),
             name=f"tfaccel-learner{index}",
         )  # fmt: skip
         for index in range(learners)
     ]
-    for process in processes:
-        process.start()
     # Ctrl-C or a SIGTERM to the launcher alone: the learners save and exit, the launcher waits for
     # them and cleans up (killed by SIGTERM's default action, it would leave that to the learners'
-    # orphan watch and to multiprocessing's resource tracker).
-    sync = None
+    # orphan watch and to multiprocessing's resource tracker). A signal while they start: the
+    # rest are not started, and the started ones are told (one may have missed the forward).
+    sync, started = None, []
     try:
-        with runner.StopRequest(on_signal=lambda: _terminate(processes)):
-            if strategy is None:
+        with runner.StopRequest(on_signal=lambda: _terminate(started)) as stop:
+            for process in processes:
+                if stop.signal_name:
+                    break
+                process.start()
+                started.append(process)
+            processes = started
+            if stop.signal_name:
+                _terminate(processes)
+            if not processes:  # stopped before the first started
+                failed = None
+            elif strategy is None:
                 failed = _wait(processes)
             else:
                 store = _attach_when_ready(name, locks, ready, processes)
@@ -271,6 +341,15 @@ def train_async(
         except queue.Empty:
             break
         summaries[index] = summary
+    if stop.signal_name and (
+        not failed or ("error" not in summaries.get(failed[0], {}) and failed[1] != -signal.SIGKILL)
+    ):
+        # A learner ended by the signal (SIGTERM, or Ctrl-C's KeyboardInterrupt) before it could
+        # hold it, while Python and TensorFlow loaded, had not trained: nothing of it is lost.
+        failed = None
+        if 0 not in summaries:
+            print(f"stopped by {stop.signal_name} while the learners started: nothing new to save")
+            return {"stopped_by": stop.signal_name}
     if failed:
         cause = summaries.get(failed[0], {}).get("error", f"exit code {failed[1]}")
         raise LearnerFailed(

@@ -43,6 +43,7 @@ class ParameterStore:
     """
 
     _PUSHES, _STEPS, _STOP, _REMOTE_STEPS = range(4)
+    lock_timeout = 60.0  # seconds (see `_held`)
 
     def __init__(self, path: str, block, size: int, locks, owner: bool):
         self.size, self.path, self._block, self._locks, self._owner = (
@@ -94,7 +95,7 @@ class ParameterStore:
         return cls(path, map_shared(path, 32 + 4 * size, create=False), size, locks, owner=False)
 
     def _counter(self, slot: int, add: int = 0) -> int:
-        with self._locks[0]:
+        with self._held(self._locks[0]):
             self._header[slot] += add
             return int(self._header[slot])
 
@@ -119,12 +120,12 @@ class ParameterStore:
 
     def set_remote_steps(self, steps: int) -> None:
         """Records the other machines' agent steps (the machine sync does)."""
-        with self._locks[0]:
+        with self._held(self._locks[0]):
             self._header[self._REMOTE_STEPS] = int(steps)
 
     def set_steps(self, steps: int) -> None:
         """Sets the agent-step counter (a resumed run's count)."""
-        with self._locks[0]:
+        with self._held(self._locks[0]):
             self._header[self._STEPS] = int(steps)
 
     def request_stop(self) -> None:
@@ -140,7 +141,7 @@ class ParameterStore:
         """Overwrites the parameters (initialization and restore), chunk by chunk under locks."""
         values = self._check(values)
         for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
-            with lock:
+            with self._held(lock):
                 self._params[start:stop] = values[start:stop]
 
     def pull(self, out: np.ndarray | None = None) -> np.ndarray:
@@ -148,7 +149,7 @@ class ParameterStore:
         whole under its lock, chunks one after another."""
         out = np.empty(self.size, np.float32) if out is None else self._check(out)
         for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
-            with lock:
+            with self._held(lock):
                 out[start:stop] = self._params[start:stop]
         return out
 
@@ -156,9 +157,24 @@ class ParameterStore:
         """Adds `delta` [size] to the parameters, chunk by chunk, each under its lock."""
         delta = self._check(delta)
         for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
-            with lock:
+            with self._held(lock):
                 self._params[start:stop] += delta[start:stop]
         self._counter(self._PUSHES, 1)
+
+    @contextlib.contextmanager
+    def _held(self, lock):
+        """`lock`, held: a chunk's copy takes microseconds, so one not released in
+        `lock_timeout` seconds was held by a learner that died (SIGKILL, OOM) and never will be."""
+        if not lock.acquire(timeout=self.lock_timeout):
+            raise RuntimeError(
+                f"the parameter store's lock was not released in {self.lock_timeout:g} s: a "
+                "learner was killed while it held it; the run cannot go on (the same command "
+                "resumes from the last checkpoints)"
+            )
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _check(self, array: np.ndarray) -> np.ndarray:
         array = np.asarray(array)

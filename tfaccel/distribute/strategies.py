@@ -126,10 +126,15 @@ def check_tf_config(text: str) -> dict:
     task = task if isinstance(task, dict) else {}
     if not isinstance(workers, list) or not workers:
         raise ValueError(f"TF_CONFIG has no cluster.worker list; {expected}")
+    if "chief" in cluster or task.get("type") == "chief":
+        raise ValueError(
+            "TF_CONFIG names a 'chief' task: list every process under cluster.worker; "
+            f"worker 0 writes the run directory; {expected}"
+        )
     index = task.get("index")
-    if task.get("type") not in ("worker", "chief") or not isinstance(index, int):
+    if task.get("type") != "worker" or not isinstance(index, int):
         raise ValueError(f"TF_CONFIG has no task type 'worker' with an int index; {expected}")
-    if task.get("type") == "worker" and not 0 <= index < len(workers):
+    if not 0 <= index < len(workers):
         raise ValueError(f"TF_CONFIG task index {index} is not in 0..{len(workers) - 1}")
     return config
 
@@ -243,6 +248,7 @@ class SyncTeam:
 
     def __init__(self, strategy: tf.distribute.Strategy):
         self.index, self.size = worker_index(strategy), num_workers(strategy)
+        self.learners = self.size  # processes that share the run's frames (and its schedule)
         self.chief = self.index == 0
         self._vote = AnyVote(strategy)
 
@@ -258,6 +264,12 @@ class SyncTeam:
         """The learner as the runner uses it (synchronous workers share it through the strategy)."""
         del counters
         return agent
+
+    def before_save(self, agent) -> None:
+        """Nothing to gather: each worker's network holds the run's parameters."""
+
+    def after_restore(self, agent) -> None:
+        """Nothing to share: every worker restores the same step's weights."""
 
     def agent_steps(self, base_steps: int, local_steps: int) -> int:
         """Agent steps of every worker: the restored count plus this worker's times workers."""

@@ -137,6 +137,19 @@ def _main_script_hidden():
             setattr(main, key, value)
 
 
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT blocked in this thread while a worker (and the first time, the forkserver) starts:
+    the new process inherits the mask, so a Ctrl-C to the whole process group cannot interrupt
+    its imports (a traceback and a worker dead while starting); this process still gets it, in
+    another thread or once the mask is restored."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class EnvPool:
     """W worker processes x M envs each, stepped through shared memory. See the module docstring.
 
@@ -266,7 +279,7 @@ class EnvPool:
         core = None if not affinity else affinity[w % len(affinity)]
         seeds = [[self.seeds[i] for i in group] for group in self._indices[w]]
         args = (w, self._factory, seeds, self._indices[w], self.spec, self.num_envs, shm_path)
-        with _main_script_hidden():
+        with _main_script_hidden(), _sigint_blocked():
             process = self._context.Process(
                 target=worker_main,
                 name=f"tfaccel-env-worker-{w}",
