@@ -127,7 +127,7 @@ class ReplayBatch(NamedTuple):
     discount: np.ndarray  # [N] float32, discount^n' * (1 - terminated)
     next_observation: np.ndarray  # [N, H, W, stack] uint8, the bootstrap observation
     weight: np.ndarray  # [N] float32, importance weights (ones when uniform)
-    index: np.ndarray  # [N] int64, for `update_priorities`
+    index: np.ndarray  # [N] int64, step * B + env: for `update_priorities` (see `indices`)
 
 
 def final_capacity(num_envs: int, capacity: int, truncation_capacity: int | None = None) -> int:
@@ -372,15 +372,29 @@ class ReplayBuffer:
 
     @_locked
     def indices(self) -> np.ndarray:
-        """Indices [V] (int64) of all valid transitions."""
-        return np.flatnonzero(self._valid)
+        """Indices [V] (int64) of all valid transitions: step * B + env, so an index names one
+        transition for good (its slot, written again T steps later, has another index)."""
+        return self._index(np.flatnonzero(self._valid))
+
+    def _index(self, flat: np.ndarray) -> np.ndarray:
+        """The indices of ring positions `flat` [N] (slot * B + env) as they hold now."""
+        slot, env = np.divmod(flat, self.num_envs)
+        return self._steps(slot) * self.num_envs + env
+
+    def _position(self, index: np.ndarray):
+        """(slot [N], env [N], step [N], held [N]): where transitions `index` are, and whether
+        the ring still holds them (not overwritten since)."""
+        step, env = np.divmod(np.asarray(index, np.int64), self.num_envs)
+        slot = step % self.time
+        return slot, env, step, (step >= 0) & (self._steps(slot) == step)
 
     @_locked
     def get(self, index: np.ndarray) -> ReplayBatch:
-        """The transitions at `index` [N] (all valid), with unit weights."""
+        """The transitions at `index` [N] (all valid and held), with unit weights."""
         index = np.asarray(index, np.int64)
-        slot, env = np.divmod(index, self.num_envs)
-        step = self._steps(slot)
+        slot, env, step, held = self._position(index)
+        if not held.all():
+            raise ValueError(f"transitions no longer held at indices {index[~held][:8]}")
         valid, ret, disc, boot, trunc, final_id = self._window(step, env)
         if not valid.all():
             raise ValueError(f"invalid transitions at indices {index[~valid][:8]}")
@@ -420,7 +434,7 @@ class ReplayBuffer:
                 index[bad] = self._rng.integers(flat_valid.size, size=int(bad.sum()))
             bad = ~flat_valid[index]
             index[bad] = self._rng.choice(np.flatnonzero(flat_valid), int(bad.sum()))
-            return self.get(index)
+            return self.get(self._index(index))
         total = self._tree.total()
         index = self._tree.sample(self._rng.uniform(0.0, total, batch_size))
         bad = ~flat_valid[index]
@@ -438,20 +452,22 @@ class ReplayBuffer:
         weight = (self._num_valid * probability) ** -beta
         if normalize:
             weight = weight / weight.max()
-        return self.get(index)._replace(weight=weight.astype(np.float32))
+        return self.get(self._index(index))._replace(weight=weight.astype(np.float32))
 
     @_locked
     def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
         """Sets the priorities [N] (e.g. |TD error|) of sampled transitions `index` [N].
 
-        Stored as max(priority, epsilon)^alpha. Transitions no longer valid are skipped.
+        Stored as max(priority, epsilon)^alpha. Transitions no longer valid, or overwritten
+        since they were drawn (a batch drawn ahead, while the sampler adds), are skipped: a new
+        transition in their slot keeps its own priority.
         """
         if not self.prioritized:
             return
-        index = np.asarray(index, np.int64)
+        slot, env, _, held = self._position(index)
         value = np.maximum(np.asarray(priorities, np.float64), self.epsilon) ** self.alpha
-        keep = self._valid.reshape(-1)[index]
-        self._tree.update(index[keep], value[keep])
+        keep = held & self._valid[slot, env]
+        self._tree.update((slot * self.num_envs + env)[keep], value[keep])
         if keep.any():
             self._max_priority = max(self._max_priority, float(value[keep].max()))
 
