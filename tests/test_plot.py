@@ -60,6 +60,12 @@ def test_bin_plot_writes_a_png_and_names_bad_directories(tmp_path):
         bad.stderr.strip().splitlines()[-1]
         == f"error: {tmp_path} is not a run directory: it has no metrics.csv"
     )
+    unwritable = subprocess.run(
+        [sys.executable, "bin/plot", f"--run_dir={run}", f"--out={tmp_path}/no/curves.png"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert unwritable.returncode != 0 and "Traceback" not in unwritable.stderr
+    assert "No such file or directory" in unwritable.stderr.strip().splitlines()[-1]
 
 
 def test_a_run_without_finished_games_is_named(tmp_path):

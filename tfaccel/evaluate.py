@@ -3,7 +3,8 @@
 The games are played by `tfaccel.policy_client`, the client that needs no tfaccel, from the
 policy's `tfaccel_policy.json` alone: an evaluation checks the artifact a user gets, not the
 training process's objects. The protocol is `AtariConfig.evaluation()`'s: no episodic life, raw
-(unclipped) rewards, up to `noop_max` no-op frames at a game start, a limit of `max_agent_steps`.
+(unclipped) rewards, and the policy's own no-op starts, sticky actions and game length limit (its
+training env's, as the json records them) unless given here.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def evaluate(
     *,
     epsilon: float = 0.0,
     sample: bool = False,
-    sticky_action_prob: float = 0.0,
-    noop_max: int = 30,
-    max_agent_steps: int = 27_000,
+    sticky_action_prob: float | None = None,
+    noop_max: int | None = None,
+    max_agent_steps: int | None = None,
     seed: int = 0,
     gif: str | None = None,
     gif_every: int = 4,
@@ -39,9 +40,11 @@ def evaluate(
         epsilon: probability of a uniformly random action instead of the policy's.
         sample: draw the actions from the policy's logits (a policy-gradient policy as it
             trained) instead of taking the greedy one.
-        sticky_action_prob: per-frame probability that the emulator repeats the last action.
-        noop_max: a game starts with 1..noop_max random no-op frames (0: none).
-        max_agent_steps: a game ends after this many agent steps.
+        sticky_action_prob: per-frame probability that the emulator repeats the last action
+            (None: the policy's, i.e. its training env's).
+        noop_max: a game starts with 1..noop_max random no-op frames (0: none; None: the
+            policy's).
+        max_agent_steps: a game ends after this many agent steps (None: the policy's).
         seed: seeds the emulator, the no-ops, the epsilon draws and the samples.
         gif: where to write an animated GIF of the first game (None: no GIF).
         gif_every: the GIF shows every k-th agent step.
@@ -77,6 +80,9 @@ def evaluate(
         policy_client.check_can_sample(metadata, policy_dir)
     policy, _ = policy_client.load_policy(policy_dir)
     record_every = 1 if mp4 else gif_every if gif else 0  # a GIF takes every k-th of them
+    given = dict(
+        sticky_action_prob=sticky_action_prob, noop_max=noop_max, max_agent_steps=max_agent_steps
+    )
     records = policy_client.play_games(
         policy,
         preprocessing,
@@ -85,9 +91,7 @@ def evaluate(
         epsilon=epsilon,
         sample=sample,
         record_every=record_every,
-        sticky_action_prob=sticky_action_prob,
-        noop_max=noop_max,
-        max_agent_steps=max_agent_steps,
+        **{name: value for name, value in given.items() if value is not None},
     )
     scores = np.array([record.score for record in records], np.float64)
     result = dict(
@@ -120,11 +124,11 @@ def _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_s
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
-    if not 0.0 <= sticky_action_prob <= 1.0:
+    if sticky_action_prob is not None and not 0.0 <= sticky_action_prob <= 1.0:
         raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob}")
-    if noop_max < 0:
+    if noop_max is not None and noop_max < 0:
         raise ValueError(f"noop_max must be >= 0, got {noop_max}")
-    if max_agent_steps < 1:
+    if max_agent_steps is not None and max_agent_steps < 1:
         raise ValueError(f"max_agent_steps must be >= 1, got {max_agent_steps}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")

@@ -6,6 +6,8 @@ Environment-side types are numpy only: worker processes import this module and n
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -125,3 +127,28 @@ class Rollout(NamedTuple):
     def env_axes(cls) -> Rollout:
         """The axis of each field that runs over envs (where a batch splits between replicas)."""
         return cls(*([1] * (len(cls._fields) - 1)), bootstrap_observation=0)
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, type]:
+    return typing.get_type_hints(cls)
+
+
+def check_field_types(config) -> None:
+    """Raises a one-line ValueError naming a field of the dataclass `config` whose value is not
+    of its type (`int`, `float`, `bool`, `str` fields; an int is a float; a bool is only a bool),
+    as a gin binding of `'4'` for `4` gives; other fields are not checked.
+    """
+    hints = _field_types(type(config))
+    for field in dataclasses.fields(config):
+        expected, value = hints.get(field.name), getattr(config, field.name)
+        allowed = {int: (int, np.integer), float: (int, float, np.number), bool: (bool, np.bool_),
+                   str: (str,)}.get(expected)  # fmt: skip
+        if allowed is None:
+            continue
+        if not isinstance(value, allowed) or (expected is not bool and isinstance(value, bool)):
+            kind = {int: "an int", float: "a number", bool: "True or False", str: "a string"}
+            raise ValueError(
+                f"{type(config).__name__}.{field.name} must be {kind[expected]}, got {value!r} "
+                f"({type(value).__name__})"
+            )

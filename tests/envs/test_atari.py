@@ -1,5 +1,7 @@
 """The Atari env against a plain, slow reference on real ALE frames."""
 
+import re
+
 import ale_py
 import numpy as np
 import pytest
@@ -184,3 +186,30 @@ def test_nature_preprocessing_shape_and_full_action_set():
 def test_bad_settings_are_named(bad, message):
     with pytest.raises(ValueError, match=message):
         AtariConfig(**bad)
+
+
+def test_a_reset_in_the_middle_of_an_episode_starts_a_new_game():
+    env = AtariConfig(game="breakout", noop_max=0, clip_rewards=False)(0)
+    env.reset()
+    for _ in range(30):
+        env.step(0)
+    assert env.game.length == 30 and not env.game.over
+    fresh = env.reset().copy()  # a caller's reset (tf-agents' reset, a second pool.reset())
+    assert env.game.length == 0 and env.game.score == 0.0 and not env.game.over
+    assert env._ale.lives() == 5  # a new game, not the old one's frames with a cleared stack
+    np.testing.assert_array_equal(fresh, AtariConfig(game="breakout", noop_max=0)(0).reset())
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(frame_skip="4"), "AtariConfig.frame_skip must be an int, got '4' (str)"),
+        (dict(max_pool=1), "AtariConfig.max_pool must be True or False, got 1 (int)"),
+        (dict(noop_max=True), "AtariConfig.noop_max must be an int, got True (bool)"),
+        (dict(game=5), "AtariConfig.game must be a string, got 5 (int)"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_named(bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        AtariConfig(**bad)
+    assert AtariConfig(sticky_action_prob=0).sticky_action_prob == 0  # an int is a number

@@ -60,6 +60,7 @@ def test_bench_sampler_writes_json_and_plot(tmp_path):
         (["bin/bench_sampler", "--layouts=2by8"], "layout '2by8' is not WORKERSxENVS_PER_WORKER"),
         (["bin/bench_sampler", "--peers=rlpyt"], "unknown peers ['rlpyt']"),
         (["bin/pool_demo", "--game=Pongg"], "unknown Atari game 'Pongg'"),
+        (["bin/pool_demo", "--envs_per_worker=3"], "envs_per_worker (3) must split evenly"),
     ],
 )
 def test_user_errors_end_with_one_line(args, message):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
-from tfaccel import export, policy_client
+from tfaccel import evaluate, export, policy_client
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.networks import PolicyValueNetwork, QNetwork, a3c_torso
 
@@ -122,3 +122,11 @@ def test_eval_samples_a_policy_gradient_policy_and_refuses_a_q_policy(pong_polic
     result = run(f"--policy_dir={q_policy}", "--episodes=1", "--sample")
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.strip().startswith("error: sampling needs a policy-gradient policy")
+
+
+def test_eval_plays_by_the_policys_own_settings_unless_told_otherwise(tmp_path):
+    config = AtariConfig(game="pong", max_agent_steps=60, noop_max=0)
+    path = str(tmp_path / "policy")
+    export.export_policy(PolicyValueNetwork(config(0).spec), config, path)
+    assert evaluate.evaluate(path, 1)["lengths"] == [60]  # its training env's limit
+    assert evaluate.evaluate(path, 1, max_agent_steps=30)["lengths"] == [30]

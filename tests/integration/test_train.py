@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tests import shm
 from tfaccel import networks
-from tfaccel.bench.memory import descendants
+from tfaccel.bench.memory import descendants, state
 from tfaccel.envs.pool import env_seeds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,20 +105,31 @@ def test_same_command_resumes_counters_and_csv(tmp_path):
     assert len(rows(tmp_path)) == len(table)
 
 
-def test_sigint_saves_a_checkpoint_and_the_run_resumes(tmp_path):
+@pytest.mark.parametrize("name, group", [("SIGINT", False), ("SIGTERM", True)])
+def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, group):
+    # SIGTERM to the whole process group, as a job scheduler stops a job: the env workers (4,
+    # none may be replaced) ignore it and the trainer stops them.
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
-         "--gin_bindings=train.total_frames = 10_000_000", "--gin_bindings=train.log_interval_frames = 400"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--gin_bindings=train.total_frames = 10_000_000", "--gin_bindings=train.log_interval_frames = 400",
+         "--gin_bindings=train.num_workers = 4", "--gin_bindings=train.envs_per_worker = 2",
+         "--gin_bindings=make_pool.max_restarts = 0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (tmp_path / "metrics.csv").exists():
         time.sleep(0.2)
     time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
+    workers = descendants(process.pid)
+    number = getattr(signal, name)
+    os.killpg(process.pid, number) if group else process.send_signal(number)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err[-3000:]
-    assert "stopped by SIGINT" in out
+    assert f"stopped by {name}" in out and "Traceback" not in err, err[-3000:]
+    deadline = time.monotonic() + 30  # the forkserver and workers may still be on their way out
+    while any(state(pid) not in ("", "Z") for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if state(pid) not in ("", "Z")], "processes left"
     stopped_at = int(rows(tmp_path)[-1]["env_frames"])
     assert 0 < stopped_at < 10_000_000
     resumed = train(tmp_path, *SMOKE, f"--gin_bindings=train.total_frames = {stopped_at + 800}")
@@ -528,6 +539,10 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "gin file 'no_such.gin' not found; configs in gin_configs/: a2c.gin",
         ),
         (["--gin_bindings=train.num_groups = 3"], "num_groups must be 1 or 2, got 3"),
+        (
+            ["--gin_bindings=A2CConfig.entropy_cost = '0.01'"],
+            "A2CConfig.entropy_cost must be a number, got '0.01' (str)",
+        ),
         (
             ["--gin_file=catch_ppo.gin", "--gin_bindings=PPOConfig.minibatches = 5"],
             "a rollout of 128 samples per replica (horizon 16 x 8 envs) does not split into 5",

@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel import ops
-from tfaccel.types import Rollout
+from tfaccel.types import Rollout, check_field_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,9 @@ class A2CConfig:
     # learning rates (0.0007 per env, 0.0224 for 32 envs, with RMSProp epsilon 0.1) assume that
     # scale, so True multiplies the loss (not the reported metrics) by T. False: mean over T * B.
     sum_over_time: bool = True
+
+    def __post_init__(self):
+        check_field_types(self)  # a gin binding of the wrong type is named
 
 
 def log_prob_and_entropy(logits: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from tfaccel import ops
 from tfaccel.replay import ReplayBatch
+from tfaccel.types import check_field_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,9 @@ class DQNConfig:
     epsilon_decay_steps: int = 250_000
     # Epsilon of evaluation episodes. 0.001 as in Dopamine and Rainbow (Nature DQN: 0.05).
     eval_epsilon: float = 0.001
+
+    def __post_init__(self):
+        check_field_types(self)  # a gin binding of the wrong type is named
 
 
 def support(config: DQNConfig) -> tf.Tensor:

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from tfaccel import ops
 from tfaccel.algorithms.a2c import act, log_prob_and_entropy
-from tfaccel.types import Rollout
+from tfaccel.types import Rollout, check_field_types
 
 __all__ = ["PPOBatch", "PPOConfig", "act", "flatten", "loss", "prepare"]
 
@@ -64,6 +64,9 @@ class PPOConfig:
     # The learner clips the global gradient norm to this value. 1.0 as in rlpyt (baselines 0.5;
     # the paper does not clip).
     max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        check_field_types(self)  # a gin binding of the wrong type is named
 
 
 class PPOBatch(NamedTuple):

@@ -23,7 +23,7 @@ import numpy as np
 from ale_py import roms
 
 from tfaccel.envs.frames import FrameStack, Resizer, scratch
-from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult
+from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult, check_field_types
 
 SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
 
@@ -69,12 +69,15 @@ class AtariConfig:
         width: observation width after an area resize of the cropped screen.
         stack: frames per observation, the last axis, oldest first, zeros at an episode start.
         noop_max: a game starts with a uniform 1..noop_max no-op emulator frames (0: none).
-        fire_on_reset: press FIRE at a game start and after a lost life (games that need it).
+        fire_on_reset: press FIRE at a game start and, with episodic life, after a lost life
+            (games that need it). Evaluation plays full games and presses it at the start only
+            (as Baselines' wrappers do): a policy must have learned to press FIRE itself.
         episodic_life: a lost life ends the learning episode (terminated) but not the game.
         clip_rewards: learning rewards are sign(reward); the raw score is kept for statistics.
         sticky_action_prob: probability that the emulator repeats the previous action per frame.
         full_action_set: all 18 actions instead of the game's minimal set.
-        max_agent_steps: a game is truncated (bootstrapped) after this many agent steps.
+        max_agent_steps: a game is truncated (bootstrapped) after this many agent steps: 27,000
+            at frame skip 4 is the usual 108,000 frames (30 minutes); scale it with frame_skip.
     """
 
     game: str = "pong"
@@ -94,6 +97,7 @@ class AtariConfig:
     max_agent_steps: int = 27_000
 
     def __post_init__(self):
+        check_field_types(self)
         object.__setattr__(self, "game", canonical_game(self.game))
         for field in ("frame_skip", "height", "width", "stack", "max_agent_steps"):
             if getattr(self, field) <= 0:
@@ -142,8 +146,8 @@ class AtariConfig:
 class AtariEnv:
     """One ALE game behind the `tfaccel.types.Env` protocol.
 
-    `reset()` after a lost life (episodic life) continues the same game; after a game over or the
-    time limit it starts a new game. Observations are the env's own buffer, overwritten by the next
+    `reset()` after a lost life (episodic life) continues the same game; after a game over, the
+    time limit, or in the middle of an episode it starts a new game. Observations are the env's own buffer, overwritten by the next
     `step` or `reset`: copy what you keep.
     """
 
@@ -167,12 +171,15 @@ class AtariEnv:
         self._resize = Resizer(cropped, (config.height, config.width))
         self._stack = FrameStack(config.height, config.width, config.stack)
         self._lives = 0
+        self._life_lost = False  # the last step ended an episode by a life, not the game
         self.game = Game()
 
     def reset(self) -> np.ndarray:
-        """Starts an episode (a new game when the last one is over); returns its first observation."""
+        """Starts an episode: after a step that lost a life (episodic life), the same game goes
+        on; otherwise (the game over, the time limit, or a reset in the middle of an episode) a
+        new game starts. Returns its first observation."""
         ale = self._ale
-        if self.game.over:
+        if self.game.over or not self._life_lost:
             ale.reset_game()
             self.game.start()
             noops = self._rng.integers(1, self.config.noop_max + 1) if self.config.noop_max else 0
@@ -180,6 +187,7 @@ class AtariEnv:
                 ale.act(ale_py.Action.NOOP)
                 if ale.game_over():
                     ale.reset_game()
+        self._life_lost = False
         if self.config.fire_on_reset and self._fire is not None:
             self.game.score += ale.act(self._fire)
         self._lives = ale.lives()
@@ -209,6 +217,7 @@ class AtariEnv:
         truncated = time_up and not terminated
         self._lives = lives
         self.game.over = game_over or time_up
+        self._life_lost = terminated and not self.game.over
         if self.config.clip_rewards:
             reward = float((reward > 0) - (reward < 0))
         return StepResult(self._observe(), reward, terminated, truncated)

@@ -30,8 +30,9 @@ first, so nothing hangs and nothing leaks. With `max_restarts` > 0 the pool inst
 worker (fresh envs with new seeds, reset) up to that many times within `restart_window` seconds:
 the replaced envs' next step of each group reports reward 0, `truncated` (their episodes are cut,
 bootstrapped from the new observation) and no finished game, so the lost games are left out of the
-statistics; `drain_faults()` says what happened. One fault more within the window raises. Workers ignore SIGINT (the caller handles Ctrl-C and
-closes the pool) and exit when the caller's end of their pipe closes, even if it was SIGKILLed.
+statistics; `drain_faults()` says what happened. One fault more within the window raises.
+Workers ignore SIGINT and SIGTERM (the caller handles Ctrl-C and a stop, and closes the pool) and
+exit when the caller's end of their pipe closes, even if it was SIGKILLed.
 
 The worker side (the stepping routine, the buffers, the protocol) is in `tfaccel.envs.worker`;
 the group bookkeeping both pools share, and `SerialPool`, in `tfaccel.envs.serial_pool`.
@@ -41,6 +42,7 @@ module (not a script's `__main__`, which workers do not import: that keeps Tenso
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import inspect
 import multiprocessing as mp
@@ -138,12 +140,14 @@ def _main_script_hidden():
 
 
 @contextlib.contextmanager
-def _sigint_blocked():
-    """SIGINT blocked in this thread while a worker (and the first time, the forkserver) starts:
-    the new process inherits the mask, so a Ctrl-C to the whole process group cannot interrupt
-    its imports (a traceback and a worker dead while starting); this process still gets it, in
-    another thread or once the mask is restored."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _stop_signals_blocked():
+    """SIGINT and SIGTERM blocked in this thread while a worker (and the first time, the
+    forkserver) starts: the new process inherits the mask, so a Ctrl-C or a SIGTERM to the whole
+    process group (a job scheduler's stop, `kill -- -PGID`) reaches the caller alone, which saves
+    and closes the pool; without it the workers die with it, are replaced as faults, and the run
+    ends with a worker error. This process still gets the signal, in another thread or once the
+    mask is restored."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
@@ -267,6 +271,10 @@ class EnvPool:
         except BaseException:
             self.close()
             raise
+        # At exit, before multiprocessing's own exit function (registered when the first worker
+        # started; atexit runs the last registered first), which would SIGTERM the workers, which
+        # ignore it, and wait for them forever.
+        atexit.register(self._finalizer)
         # Every worker has mapped the segment: its name can go now, so even a SIGKILL of every
         # process leaves nothing in /dev/shm (the memory goes with the last mapping).
         _unlink(self._shm_path)
@@ -279,7 +287,7 @@ class EnvPool:
         core = None if not affinity else affinity[w % len(affinity)]
         seeds = [[self.seeds[i] for i in group] for group in self._indices[w]]
         args = (w, self._factory, seeds, self._indices[w], self.spec, self.num_envs, shm_path)
-        with _main_script_hidden(), _sigint_blocked():
+        with _main_script_hidden(), _stop_signals_blocked():
             process = self._context.Process(
                 target=worker_main,
                 name=f"tfaccel-env-worker-{w}",
@@ -488,6 +496,7 @@ class EnvPool:
             return
         self._closed = True
         self._finalizer()
+        atexit.unregister(self._finalizer)
 
     def __enter__(self):
         return self

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from tfaccel.envs.frames import FrameStack
-from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult
+from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult, check_field_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,9 @@ class ScriptedConfig:
     hang_at_step: int = 0
     nan_reward_at_step: int = 0
     faulty_seeds: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        check_field_types(self)  # a gin binding of the wrong type is named
 
     def __call__(self, seed: int) -> ScriptedEnv:
         return ScriptedEnv(self, seed)
@@ -146,6 +149,9 @@ class CatchConfig:
     scale: int = 4
     stack: int = 1
     vector: bool = False
+
+    def __post_init__(self):
+        check_field_types(self)  # a gin binding of the wrong type is named
 
     def __call__(self, seed: int) -> CatchEnv:
         return CatchEnv(self, seed)

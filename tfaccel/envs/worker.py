@@ -180,7 +180,8 @@ def worker_main(
     index, env_factory, seeds, indices, spec, num_envs, shm_path, commands, replies, core, niceness
 ) -> None:
     """A worker's life: attach, build envs, then one command byte in, one reply byte out."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for stop in (signal.SIGINT, signal.SIGTERM):  # the caller stops and closes the pool
+        signal.signal(stop, signal.SIG_IGN)
     _set_process_name(f"{WORKER_NAME}{index}")
     command_fd, reply_fd = commands.fileno(), replies.fileno()
     shm = None
