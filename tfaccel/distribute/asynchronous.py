@@ -279,28 +279,13 @@ def train_async(
         os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
     config, operative = gin.config_str(), gin.operative_config_str()
+    shared = (learners, steps_per_push, name, locks, ready, operative, machine, machine_count)
     processes = [
         context.Process(
             target=_learner_main,
-            args=(
-                config,
-                root_dir,
-                (
-                    index,
-                    learners,
-                    steps_per_push,
-                    name,
-                    locks,
-                    ready,
-                    operative,
-                    machine,
-                    machine_count,
-                ),
-                results,
-                environments[index],
-            ),
+            args=(config, root_dir, (index, *shared), results, environments[index]),
             name=f"tfaccel-learner{index}",
-        )  # fmt: skip
+        )
         for index in range(learners)
     ]
     # Ctrl-C or a SIGTERM to the launcher alone: the learners save and exit, the launcher waits for
