@@ -147,8 +147,8 @@ class AtariEnv:
     """One ALE game behind the `tfaccel.types.Env` protocol.
 
     `reset()` after a lost life (episodic life) continues the same game; after a game over, the
-    time limit, or in the middle of an episode it starts a new game. Observations are the env's own buffer, overwritten by the next
-    `step` or `reset`: copy what you keep.
+    time limit, or in the middle of an episode it starts a new game. Observations are the env's
+    own buffer, overwritten by the next `step` or `reset`: copy what you keep.
     """
 
     def __init__(self, config: AtariConfig, seed: int):
