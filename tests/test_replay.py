@@ -13,7 +13,8 @@ import pytest
 from tfaccel import off_policy, replay
 from tfaccel.envs.pool import SerialPool
 from tfaccel.envs.toy import ScriptedConfig
-from tfaccel.replay import Prefetcher, ReplayBuffer, SumTree
+from tfaccel.prefetch import Prefetcher
+from tfaccel.replay import ReplayBuffer, SumTree
 
 # Episodes of 4-6 steps (3 lives), games truncated at 9 steps: many ends of both kinds.
 CONFIG = ScriptedConfig(

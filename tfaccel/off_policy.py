@@ -30,8 +30,8 @@ from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import PoolError
 from tfaccel.logger import progress_line
+from tfaccel.prefetch import Prefetcher
 from tfaccel.replay import (
-    Prefetcher,
     ReplayBatch,
     ReplayBuffer,
     available_memory,

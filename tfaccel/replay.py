@@ -6,7 +6,9 @@ newest frame of its observation, and `stack`-frame observations are rebuilt at s
 ring, with zeros before an episode's first frame, exactly as `tfaccel.envs.frames.FrameStack` builds
 them. The last frame of a truncated episode (needed for its bootstrap) goes to a small side ring.
 
-Indices: the transition of env b at global step u lives at `index = (u % T) * B + b`.
+Indices: the transition of env b at global step u is `index = u * B + b` (its ring slot is
+u % T): an index names one transition for good, and one whose slot was written again is no
+longer held (`get` refuses it, `update_priorities` skips it).
 
 A transition u has the n-step target `R = sum_{k<n'} discount^k r_{u+k}` up to the first episode
 end within n steps (n' <= n), the bootstrap discount `discount^n' * (1 - terminated)`, and the
@@ -20,8 +22,8 @@ observation counts as an episode start if its older frames are all zero; otherwi
 `stack - 1` steps (whose history is missing) are not sampleable. The last step of the previous
 stream is cut: transitions whose n-step window reaches it are never sampleable.
 
-Threads: every public method of `ReplayBuffer` holds the buffer's lock, so a `Prefetcher` thread
-may sample while the sampler adds steps and the learner updates priorities.
+Threads: every public method of `ReplayBuffer` holds the buffer's lock, so a
+`tfaccel.prefetch.Prefetcher` thread may sample while the sampler adds steps and the learner updates priorities.
 
 Numpy only.
 """
@@ -30,9 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import queue
 import threading
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -550,61 +550,3 @@ class ReplayBuffer:
             "uinteger": w[5],
         }
         self._stream_start = self._count
-
-
-class Prefetcher:
-    """Draws the learner's next batches in a background thread, off its critical path.
-
-    `sample_fn()` runs in the thread and its batches wait in a queue of `depth`; `get()` takes the
-    oldest. Numpy's gathers release the GIL, so a batch is assembled while the learner's
-    TensorFlow step (which releases it too) runs. A batch is therefore drawn up to `depth + 1`
-    steps before it is used: the priorities and new transitions of those steps are not yet seen
-    by it (sampling order, unlike with direct sampling, depends on thread timing). An exception
-    in `sample_fn` is raised again by `get()`.
-    """
-
-    def __init__(self, sample_fn: Callable[[], object], depth: int = 1):
-        self._sample_fn = sample_fn
-        self._queue: queue.Queue = queue.Queue(maxsize=max(int(depth), 1))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tfaccel-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                item = (self._sample_fn(), None)
-            except Exception as error:  # handed to the consumer, which raises it
-                item = (None, error)
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if item[1] is not None:
-                return
-
-    def get(self):
-        """The next batch (waits for it); raises what `sample_fn` raised."""
-        while True:
-            try:
-                batch, error = self._queue.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if not self._thread.is_alive():
-                    raise RuntimeError("the prefetch thread has stopped") from None
-        if error is not None:
-            raise error
-        return batch
-
-    def close(self) -> None:
-        """Stops the thread; batches not taken are dropped."""
-        self._stop.set()
-        self._thread.join(timeout=10.0)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
