@@ -30,6 +30,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 REFERENCE = os.path.join(ROOT, "benchmarks", "reference", "dopamine_pong.json")
 CHECKPOINTS = (5_000_000, 10_000_000, 20_000_000, 30_000_000)  # env frames
 THRESHOLDS = (15.0, 18.0)
+TARGETS = {"DQN": 15.0, "C51": 18.0, "Rainbow": 18.0}  # issue 4's score within 10M frames
 
 
 def figures(frames: list, score: list) -> dict:
@@ -95,7 +96,8 @@ def _plot(out: str, agent: str, ours: dict, dopamine_frames: list, dopamine: lis
             if s is not None
         ]
         axes.plot([f / 1e6 for f, _ in points], [s for _, s in points], label=name)
-    axes.axhline(18, color="gray", linestyle="--", linewidth=1)
+    target = TARGETS[agent]
+    axes.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:+.0f}")
     axes.set_xlim(0, max(max(c["env_frames"]) for c in ours.values()) / 1e6 * 1.5)
     axes.set_xlabel("env frames (millions)")
     axes.set_ylabel("raw score")
