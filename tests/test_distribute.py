@@ -3,6 +3,7 @@ one device's update on the whole batch (issue 5's synchronous target)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import types
@@ -172,6 +173,29 @@ def test_slurm_cluster_outside_a_slurm_job_is_named(monkeypatch):
         strategies.make_strategy("multi_worker", cluster="slurm")
     with pytest.raises(ValueError, match="valid: tf_config, slurm"):
         strategies.make_strategy("multi_worker", cluster="k8s")
+
+
+def test_sigterm_after_the_multi_worker_strategy_is_made_still_ends_the_process():
+    # TensorFlow's coordination service sets a SIGTERM handler that only logs; make_strategy puts
+    # Python's back, so a job scheduler's SIGTERM during start-up is not lost (before the fix the
+    # process printed "alive" and exited 0).
+    code = """if True:
+        import json, os, signal, socket, time
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cluster = {"worker": [f"127.0.0.1:{port}"]}
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+        from tfaccel.distribute import strategies
+        strategies.make_strategy("multi_worker")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("alive")
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == -signal.SIGTERM and "alive" not in out.stdout, out.stderr[-3000:]
 
 
 def test_learners_take_the_gpus_the_user_made_visible_in_turn():

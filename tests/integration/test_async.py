@@ -161,3 +161,26 @@ def test_ctrl_c_while_the_learners_start_is_a_stop_not_a_failure(tmp_path):
         time.sleep(0.2)
     assert not [pid for pid in learners if state(pid) not in ("", "Z")], "processes left"
     assert not shm.left_by(process.pid, *learners)
+
+
+def test_sigterm_while_a_machines_learner_starts_is_a_stop_there_and_a_named_end_elsewhere(
+    tmp_path,
+):
+    machines = start_machines(
+        tmp_path, "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
+    )
+    deadline = time.monotonic() + 120
+    while len(descendants(machines[0].pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the resource tracker, then the learner: it loads TensorFlow now
+    learners = descendants(machines[0].pid)
+    machines[0].send_signal(signal.SIGTERM)  # forwarded to the learner, before it holds signals
+    out, err = machines[0].communicate(timeout=120)
+    assert machines[0].returncode == 0, err[-3000:]
+    assert "stopped by SIGTERM" in out, (out, err[-3000:])
+    # Machine 1 waited for machine 0's first round in vain and says so in one line.
+    _, err = machines[1].communicate(timeout=240)
+    assert machines[1].returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: a worker of the multi-worker run stopped answering"), last
+    assert not [pid for pid in learners if state(pid) not in ("", "Z")], "processes left"
+    assert not shm.left_by(*[machine.pid for machine in machines], *learners)

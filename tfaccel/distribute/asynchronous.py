@@ -307,8 +307,11 @@ def train_async(
                 failed = None
             elif strategy is None:
                 failed = _wait(processes)
+            elif (store := _attach_when_ready(name, locks, ready, processes)) is None:
+                # Learner 0 ended before it created the store (a signal while it started, or
+                # a failure): this machine takes no round; the others time out and say so.
+                failed = _wait(processes) or (0, processes[0].exitcode)
             else:
-                store = _attach_when_ready(name, locks, ready, processes)
                 sync = machines.MachineSync(strategy, store)
                 try:
                     failed = _wait_in_rounds(processes, sync, store, sync_period_seconds)
@@ -350,14 +353,11 @@ def train_async(
     return summaries[0]
 
 
-def _attach_when_ready(name: str, locks, ready, processes) -> ParameterStore:
-    """This machine's store, once the chief learner has created it."""
+def _attach_when_ready(name: str, locks, ready, processes) -> ParameterStore | None:
+    """This machine's store, once the chief learner has created it; None if it ended first."""
     while not ready.wait(timeout=1.0):
         if not processes[0].is_alive():
-            raise LearnerFailed(
-                f"learner 0 ended (exit code {processes[0].exitcode}) before it created the "
-                "parameter store"
-            )
+            return None
     return ParameterStore.attach((name, None, locks))
 
 

@@ -17,8 +17,11 @@ the gradient of the mean over the whole batch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
 
 import gin
 import numpy as np
@@ -58,14 +61,36 @@ def make_strategy(
     if kind == "multi_worker":  # before anything initializes TensorFlow's devices
         resolver = _cluster_resolver(cluster, slurm_port)
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
-        return tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver, communication_options=options
-        )
+        with _signal_handlers_kept():
+            return tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver, communication_options=options
+            )
     gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
     if kind == "default":
         return tf.distribute.OneDeviceStrategy(gpus[0]) if gpus else tf.distribute.get_strategy()
     cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
     return tf.distribute.MirroredStrategy(gpus or cpus)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept():
+    """Puts back this process's SIGTERM and SIGINT handlers after the block.
+
+    TensorFlow's coordination service, which `MultiWorkerMirroredStrategy` starts, installs a
+    SIGTERM handler of its own that logs "SIGTERM caught" and nothing else (it serves
+    `PreemptionCheckpointHandler`, which tfaccel does not use). A job scheduler's SIGTERM while
+    the run started up was then lost, the run trained on, and the scheduler's SIGKILL came later
+    with nothing saved. With the handlers put back, such a signal stops the run as it stops a
+    run of one machine.
+    """
+    main = threading.current_thread() is threading.main_thread()  # where handlers can be set
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if main and handler is not None:  # None: a handler not set from Python
+                signal.signal(sig, handler)
 
 
 def _cluster_resolver(cluster: str, slurm_port: int):
