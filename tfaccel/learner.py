@@ -151,7 +151,9 @@ class Learner:
             of tensors with a leading sample axis, computed once before the updates.
         epochs: passes over the prepared samples, each in a new random order.
         minibatches: SGD steps per epoch, each on 1/minibatches of the samples.
-        seed: seeds the minibatch order (a `tf.random.Generator`, checkpointed with the learner).
+        seed: seeds the network's initial weights and the minibatch order (a
+            `tf.random.Generator`, checkpointed with the learner). The weights are seeded through
+            `keras.utils.set_random_seed`, which also seeds Python's and NumPy's global generators.
         target_network: also keep `target`, a copy of the network that changes only on
             `sync_target()` (the DQN family's target network; the loss closes over it).
         batch_axes: the axis of each array of a batch along which it splits between replicas:
@@ -180,6 +182,7 @@ class Learner:
         self._replicas = self.strategy.num_replicas_in_sync
         self._loss_fn, self._max_grad_norm = loss_fn, max_grad_norm
         self._prepare_fn, self._epochs, self._minibatches = prepare_fn, epochs, minibatches
+        keras.utils.set_random_seed(seed)  # the initial weights: the same seed, the same network
         with self.strategy.scope():
             self.network = make_network()
             self.optimizer = make_optimizer()

@@ -146,7 +146,7 @@ def train_off_policy(
             threads against 6.3 ms with 1 on 2 cores (benchmarks/replay_memory.py).
         checkpoint_replay: save the replay memory with each checkpoint and restore it on resume
             (a resumed run then learns on at once instead of refilling); one file, the latest.
-        seed: seeds the envs, replay sampling and exploration.
+        seed: seeds the initial weights, the envs, replay sampling and exploration.
         on_nonfinite: after a step with a non-finite loss or gradient (never applied; its
             batch's priorities are kept): `skip`, `restore` or `stop` (`runner.NonFiniteGuard`).
     """

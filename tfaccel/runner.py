@@ -412,7 +412,7 @@ def train(
             limit); the same command continues the run.
         worker_niceness: nice value added to env workers so inference and learning get the cores.
         tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
-        seed: seeds the envs and the policy's sampling.
+        seed: seeds the initial weights, the envs, the policy's sampling and the minibatches.
         on_nonfinite: after a step with a non-finite loss or gradient (never applied): `skip`,
             `restore` (the last checkpoint's weights) or `stop` (see `NonFiniteGuard`).
         team: the processes training together, when not this process alone or the workers of

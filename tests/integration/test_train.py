@@ -378,6 +378,38 @@ def test_learns_catch_in_seconds(tmp_path, args):
         assert ("warning: mixed_bfloat16" in result.stdout) == slow, result.stdout[-2000:]
 
 
+# Columns of metrics.csv that measure time, not learning: they differ between any two runs.
+TIMING = {"wall_s", "fps", "replay_wait_fraction"} | {
+    f"{part}_fraction" for part in ("env", "inference", "learn")
+}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gin_file=catch_a2c.gin", "--gin_bindings=train.total_frames = 6_000",
+         "--gin_bindings=train.log_interval_frames = 2_000"],
+        ["--gin_file=catch_dqn.gin", "--gin_bindings=train_off_policy.total_frames = 3_000",
+         "--gin_bindings=train_off_policy.prefetch = False"],
+    ],
+    ids=["a2c", "dqn"],
+)  # fmt: skip
+def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, args):
+    """Initial weights, envs, actions and batches all follow the seed (one worker: a fixed order)."""
+    trainer = args[1].split("=")[1].split(".")[0]
+    runs = {}
+    for name, seed in [("first", 3), ("again", 3), ("other", 4)]:
+        result = train(tmp_path / name, *args, f"--gin_bindings={trainer}.seed = {seed}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[name] = [
+            {column: value for column, value in row.items() if column not in TIMING}
+            for row in rows(tmp_path / name)
+        ]
+    assert len(runs["first"]) >= 2 and "grad_norm" in runs["first"][0]
+    assert runs["again"] == runs["first"]
+    assert runs["other"] != runs["first"]
+
+
 @pytest.mark.parametrize(
     "config, columns",
     [
