@@ -385,18 +385,17 @@ TIMING = {"wall_s", "fps", "replay_wait_fraction"} | {
 
 
 @pytest.mark.parametrize(
-    "args",
+    "trainer, args",
     [
-        ["--gin_file=catch_a2c.gin", "--gin_bindings=train.total_frames = 6_000",
-         "--gin_bindings=train.log_interval_frames = 2_000"],
-        ["--gin_file=catch_dqn.gin", "--gin_bindings=train_off_policy.total_frames = 3_000",
-         "--gin_bindings=train_off_policy.prefetch = False"],
+        ("train", ["--gin_file=catch_a2c.gin", "--gin_bindings=train.total_frames = 6_000",
+                   "--gin_bindings=train.log_interval_frames = 2_000"]),
+        ("train_off_policy", ["--gin_file=catch_dqn.gin", "--gin_bindings=train_off_policy.prefetch = False",
+                              "--gin_bindings=train_off_policy.total_frames = 3_000"]),
     ],
     ids=["a2c", "dqn"],
 )  # fmt: skip
-def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, args):
+def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, trainer, args):
     """Initial weights, envs, actions and batches all follow the seed (one worker: a fixed order)."""
-    trainer = args[1].split("=")[1].split(".")[0]
     runs = {}
     for name, seed in [("first", 3), ("again", 3), ("other", 4)]:
         result = train(tmp_path / name, *args, f"--gin_bindings={trainer}.seed = {seed}")
