@@ -214,6 +214,23 @@ def learner_gpus(learners: int, visible: int, cuda_visible: str | None) -> list[
     ]
 
 
+@contextlib.contextmanager
+def _started_ignoring_ctrl_c():
+    """Processes started inside ignore SIGINT until they set their own handler (`hold_early`).
+
+    A Ctrl-C reaches the whole process group: a learner still loading Python would die of it with a
+    KeyboardInterrupt traceback. The launcher's own Ctrl-C stays pending meanwhile (a blocked
+    signal is not dropped), then it forwards the stop to the learners it started.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _learner_main(config: str, root_dir: str, team_args: tuple, results, environment: dict):
     runner.StopRequest.hold_early()  # stopped while it starts: it saves after its first update
     _stop_when_orphaned(os.getppid())
@@ -298,7 +315,8 @@ def train_async(
             for process in processes:
                 if stop.signal_name:
                     break
-                process.start()
+                with _started_ignoring_ctrl_c():
+                    process.start()
                 started.append(process)
             processes = started
             if stop.signal_name:
