@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Which ReLU units of a run's network still respond to Pong frames.
+"""Which ReLU units of a run's network still respond to its game's frames.
 
     .venv/bin/python benchmarks/dead_units.py --run_dir=/work/runs/a3c_pong_bf16_s2 \
         --name=a3c_pong_bf16_s2
 
 Restores the latest checkpoint of --run_dir into the network its operative_config.gin describes
-(`PolicyValueNetwork`, or `QNetwork` for the DQN family, on its torso), plays --steps agent steps of Pong with random actions in each of --envs envs, and for
+(`PolicyValueNetwork`, or `QNetwork` for the DQN family, on its torso), plays --steps agent steps of the run's game with random actions in each of --envs envs, and for
 each layer of the torso counts the units that are positive on at least one of those
 observations. A layer with none alive passes nothing upward: the value and the policy no longer
 depend on the observation and no gradient reaches the layer again. Also reports the spread of the
@@ -48,17 +48,26 @@ def build_network(run_dir: str, spec: EnvSpec):
     torso_name = binding(f"{trainer}.torso", "@a3c_torso").lstrip("@")
     center = binding(f"{torso_name}.center_frames", "False") == "True"
     torso = functools.partial(TORSOS[torso_name], center_frames=center)
-    if not off_policy:
+    if not off_policy:  # (initializers do not matter: the checkpoint's weights replace them)
         return networks.PolicyValueNetwork(spec, torso=torso)
     dueling = binding("train_off_policy.dueling", "False") == "True"
     atoms = int(binding("DQNConfig.num_atoms", "1"))
     return networks.QNetwork(spec, torso=torso, dueling=dueling, num_atoms=atoms)
 
 
-def observations(envs: int, steps: int, seed: int) -> tuple[np.ndarray, EnvSpec]:
+def run_game(run_dir: str) -> str:
+    """The game of the run in `run_dir` (its operative_config.gin's `AtariConfig.game`)."""
+    with open(os.path.join(run_dir, "operative_config.gin")) as handle:
+        found = re.search(r"^AtariConfig.game = '(.+)'$", handle.read(), re.MULTILINE)
+    return found.group(1) if found else "pong"
+
+
+def observations(
+    envs: int, steps: int, seed: int, game: str = "pong"
+) -> tuple[np.ndarray, EnvSpec]:
     """Observations of random play, `envs` games side by side, every one of `steps` steps, and
     the games' spec."""
-    games = [AtariEnv(AtariConfig(game="pong"), seed=seed + i) for i in range(envs)]
+    games = [AtariEnv(AtariConfig(game=game), seed=seed + i) for i in range(envs)]
     current = [game.reset() for game in games]
     rng = np.random.default_rng(seed)
     seen = []
@@ -74,7 +83,7 @@ def observations(envs: int, steps: int, seed: int) -> tuple[np.ndarray, EnvSpec]
 def alive_units(run_dir: str, envs: int = 4, steps: int = 200, seed: int = 0):
     """{layer: {units, alive}}, the output's spread and the checkpoint read, for the latest
     checkpoint of `run_dir` on `envs` x `steps` observations of random play."""
-    frames, spec = observations(envs, steps, seed)
+    frames, spec = observations(envs, steps, seed, run_game(run_dir))
     network = build_network(run_dir, spec)
     path = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     if path is None:

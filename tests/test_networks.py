@@ -108,6 +108,47 @@ def test_the_gin_binding_reaches_the_torso():
     assert not isinstance(gin.get_configurable("a3c_torso")()[0], CenterFrames)
 
 
+@pytest.mark.parametrize("torso", [networks.a3c_torso, networks.nature_torso])
+def test_orthogonal_init_gives_orthogonal_kernels_with_the_relu_gain(torso):
+    """Each kernel, flattened to [inputs, units], has orthogonal columns of squared norm 2 (gain
+    sqrt 2); Glorot's columns are neither (their squared norms are near 2 / (1 + units/inputs))."""
+    layers = torso(orthogonal_init=True)
+    keras.Sequential(layers).build((None, 104, 80, 4))
+    for layer in [layer for layer in layers if hasattr(layer, "kernel")]:
+        kernel = layer.kernel.numpy().reshape(-1, layer.kernel.shape[-1])  # [inputs, units]
+        np.testing.assert_allclose(kernel.T @ kernel, 2.0 * np.eye(kernel.shape[1]), atol=1e-4)
+        assert not layer.bias.numpy().any()
+    glorot = torso()[0]
+    glorot.build((None, 104, 80, 4))
+    kernel = glorot.kernel.numpy().reshape(-1, glorot.kernel.shape[-1])
+    assert not np.allclose(kernel.T @ kernel, 2.0 * np.eye(kernel.shape[1]), atol=0.1)
+
+
+def test_orthogonal_heads_start_near_uniform_and_keep_the_variables():
+    """Policy head gain 0.01: the first policy is near uniform (logits within 0.05 of each other
+    on random frames, where Glorot's spread more); value head gain 1. The variables are those of
+    the Glorot network, so a checkpoint of either restores into the other."""
+    gin.clear_config()
+    try:
+        gin.parse_config("PolicyValueNetwork.orthogonal_init = True")
+        orthogonal = PolicyValueNetwork(
+            SPEC, torso=lambda: networks.a3c_torso(orthogonal_init=True)
+        )
+    finally:
+        gin.clear_config()
+    glorot = PolicyValueNetwork(SPEC)
+    head = orthogonal.policy_head.kernel.numpy()  # [256, A]
+    np.testing.assert_allclose(head.T @ head, 1e-4 * np.eye(SPEC.num_actions), atol=1e-7)
+    value = orthogonal.value_head.kernel.numpy()
+    np.testing.assert_allclose(value.T @ value, [[1.0]], atol=1e-5)
+    logits, _ = orthogonal(observations())
+    assert np.ptp(logits.numpy(), axis=1).max() < 0.05
+    assert np.ptp(glorot(observations())[0].numpy(), axis=1).max() > 0.05
+    assert [w.path.split("/", 1)[1] for w in orthogonal.weights] == [
+        w.path.split("/", 1)[1] for w in glorot.weights
+    ]
+
+
 def test_a_centered_policy_exports_and_reloads(tmp_path):
     keras.utils.set_random_seed(1)
     network = PolicyValueNetwork(SPEC, torso=lambda: networks.a3c_torso(center_frames=True))

@@ -149,7 +149,35 @@ def _first_layers(center_frames: bool) -> list[keras.layers.Layer]:
     return [CenterFrames(name="center_frames")] if center_frames else []
 
 
-def a3c_torso(center_frames: bool = False) -> list[keras.layers.Layer]:
+# The gain of orthogonal initialization before a ReLU (Saxe et al., 2014; the value OpenAI
+# baselines and CleanRL give their Atari torsos).
+RELU_GAIN = float(np.sqrt(2.0))
+
+
+def kernel_initializer(orthogonal: bool, gain: float = RELU_GAIN):
+    """Keras's default (Glorot uniform) or an orthogonal matrix times `gain`; biases stay zero."""
+    return keras.initializers.Orthogonal(gain) if orthogonal else "glorot_uniform"
+
+
+def _relu_layers(specs, orthogonal_init: bool) -> list[keras.layers.Layer]:
+    """Conv2D for (name, filters, kernel, stride) and Dense for (name, units), each with ReLU."""
+    layers = []
+    for name, *shape in specs:
+        init = kernel_initializer(orthogonal_init)
+        if len(shape) == 1:
+            layers += [keras.layers.Flatten(name="flatten")]
+            layers += [keras.layers.Dense(shape[0], "relu", name=name, kernel_initializer=init)]
+        else:
+            filters, kernel, stride = shape
+            layers += [
+                keras.layers.Conv2D(
+                    filters, kernel, stride, activation="relu", name=name, kernel_initializer=init
+                )
+            ]
+    return layers
+
+
+def a3c_torso(center_frames: bool = False, orthogonal_init: bool = False) -> list:
     """New layers of the A3C torso (each call builds fresh ones: the DQN learner calls it twice,
     for the network and its target). A torso maps floats in [0, 1], [B, H, W, C], to features
     [B, F]; any such factory can replace it (`train.torso`, see docs/extending.md).
@@ -157,24 +185,17 @@ def a3c_torso(center_frames: bool = False) -> list[keras.layers.Layer]:
     Args:
         center_frames: subtract each frame's mean pixel before the first convolution
             (`CenterFrames`; off in the papers, which feed frames in [0, 1]).
+        orthogonal_init: orthogonal kernels with gain sqrt(2) (OpenAI baselines, CleanRL), in
+            place of Keras's Glorot uniform (the papers do not say theirs).
     """
-    return _first_layers(center_frames) + [
-        keras.layers.Conv2D(16, 8, strides=4, activation="relu", name="conv1"),
-        keras.layers.Conv2D(32, 4, strides=2, activation="relu", name="conv2"),
-        keras.layers.Flatten(name="flatten"),
-        keras.layers.Dense(256, activation="relu", name="fc"),
-    ]
+    specs = [("conv1", 16, 8, 4), ("conv2", 32, 4, 2), ("fc", 256)]
+    return _first_layers(center_frames) + _relu_layers(specs, orthogonal_init)
 
 
-def nature_torso(center_frames: bool = False) -> list[keras.layers.Layer]:
-    """New layers of the Nature DQN torso (the contract and the option of `a3c_torso`)."""
-    return _first_layers(center_frames) + [
-        keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv1"),
-        keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv2"),
-        keras.layers.Conv2D(64, 3, strides=1, activation="relu", name="conv3"),
-        keras.layers.Flatten(name="flatten"),
-        keras.layers.Dense(512, activation="relu", name="fc"),
-    ]
+def nature_torso(center_frames: bool = False, orthogonal_init: bool = False) -> list:
+    """New layers of the Nature DQN torso (the contract and the options of `a3c_torso`)."""
+    specs = [("conv1", 32, 8, 4), ("conv2", 64, 4, 2), ("conv3", 64, 3, 1), ("fc", 512)]
+    return _first_layers(center_frames) + _relu_layers(specs, orthogonal_init)
 
 
 def _build_torso(torso: keras.Sequential, input_shape, name: str, spec: EnvSpec) -> tuple:
@@ -197,16 +218,33 @@ def _build_torso(torso: keras.Sequential, input_shape, name: str, spec: EnvSpec)
         ) from None
 
 
+@gin.configurable(module="tfaccel", allowlist=["orthogonal_init"])
 class PolicyValueNetwork(keras.Model):
     """Policy logits [B, A] and state value [B] over a shared torso."""
 
-    def __init__(self, spec: EnvSpec, torso=a3c_torso, **kwargs):
+    def __init__(self, spec: EnvSpec, torso=a3c_torso, orthogonal_init: bool = False, **kwargs):
+        """Args:
+        spec: the env's spec (observation shape, number of actions).
+        torso: a factory of the torso's layers, e.g. `a3c_torso`.
+        orthogonal_init: orthogonal head kernels, gain 0.01 for the policy (a near-uniform
+            first policy) and 1 for the value, as OpenAI baselines and CleanRL; else Glorot.
+        """
         super().__init__(**kwargs)
         self.spec = spec
         self.torso = keras.Sequential(torso(), name="torso")
         self._torso_name = getattr(torso, "__name__", type(torso).__name__)
-        self.policy_head = keras.layers.Dense(spec.num_actions, name="logits", dtype="float32")
-        self.value_head = keras.layers.Dense(1, name="value", dtype="float32")
+        self.policy_head = keras.layers.Dense(
+            spec.num_actions,
+            name="logits",
+            dtype="float32",
+            kernel_initializer=kernel_initializer(orthogonal_init, gain=0.01),
+        )
+        self.value_head = keras.layers.Dense(
+            1,
+            name="value",
+            dtype="float32",
+            kernel_initializer=kernel_initializer(orthogonal_init, 1.0),
+        )
         self.build((None, *spec.observation.shape))
 
     def build(self, input_shape):

@@ -1,0 +1,475 @@
+#!/usr/bin/env python3
+"""The multi-game suite: one config per algorithm, on the games the Atari papers report first,
+side by side with published results.
+
+    .venv/bin/python benchmarks/suite.py run --root=runs/suite               # the whole grid
+    .venv/bin/python benchmarks/suite.py run --root=runs/suite --only=a2c --hours=2.5
+    .venv/bin/python benchmarks/suite.py list --root=runs/suite              # what is done
+    .venv/bin/python benchmarks/suite.py summary --root=runs/suite           # table and figure
+
+`run` trains each config x game x seed of the grid (`GRID` below) in its own run directory,
+`<root>/<entry>/<game>/seed<k>`, one after another (`--jobs` at once), and skips what is done. Every
+run is an ordinary resumable run of `bin/train`, so the suite may be stopped at any moment (Ctrl-C,
+SIGTERM, a lost machine) and the same command continues: an unfinished run resumes from its last
+checkpoint (off-policy runs keep their replay in it). `--hours` gives every run the time left as
+its wall limit, so that the last one saves and stops before the budget ends.
+
+`summary` reads the run directories and the published references (benchmarks/reference/) and
+writes benchmarks/results/suite/summary.json (one entry per config x game: the seeds, their
+frames, the mean of the last 20 full games, wall time, agent steps/s, the reference with its
+source and protocol, and a verdict: ahead, level or behind) and summary.png (a panel per game:
+score against frames, the mean and range over seeds, the reference marked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tfaccel.bench import results as results_file  # noqa: E402
+
+REFERENCES = os.path.join(ROOT, "benchmarks", "reference")
+RESULTS = os.path.join(ROOT, "benchmarks", "results", "suite")
+GAMES = ("pong", "breakout", "beam_rider", "qbert", "seaquest", "space_invaders")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One row of the grid: a config trained on some games with some seeds.
+
+    Attributes:
+        name: the entry's name (its folder under the root).
+        config: the gin file, as `bin/train --gin_file` takes it.
+        trainer: the gin name of the config's trainer (`train` or `train_off_policy`), which the
+            suite's bindings (frames, seed, wall limit) address.
+        games: ale-py game ids.
+        seeds: the seeds of each game.
+        frames: env frames per run.
+        sticky_action_prob: as the reference's protocol has it.
+        reference: `<kind>:<agent>`, the published figure to compare with (`REFERENCE_KINDS`).
+        bindings: further gin bindings (none in the presets' entries: one config for every game).
+    """
+
+    name: str
+    config: str
+    trainer: str
+    games: tuple[str, ...]
+    seeds: tuple[int, ...]
+    frames: int
+    sticky_action_prob: float
+    reference: str
+    bindings: tuple[str, ...] = ()
+
+
+GRID = (
+    Entry("a2c", "a2c.gin", "train", GAMES[1:], (0, 1), 40_000_000, 0.0, "schulman2017:A2C"),
+    Entry(
+        "c51",
+        "categorical_dqn.gin",
+        "train_off_policy",
+        ("breakout", "qbert", "space_invaders"),
+        (0,),
+        10_000_000,
+        0.25,
+        "dopamine:C51",
+    ),
+    Entry(
+        "ppo",
+        "ppo.gin",
+        "train",
+        ("breakout", "space_invaders"),
+        (0,),
+        10_000_000,
+        0.0,
+        "cleanrl:PPO",
+    ),  # fmt: skip
+    Entry("appo", "appo.gin", "train", ("pong",), (0,), 20_000_000, 0.0, "schulman2017:PPO"),
+    Entry(
+        "appo",
+        "appo.gin",
+        "train",
+        ("breakout", "space_invaders"),
+        (0,),
+        10_000_000,
+        0.0,
+        "cleanrl:PPO",
+    ),  # fmt: skip
+    Entry("a2c", "a2c.gin", "train", ("pong",), (0, 1), 40_000_000, 0.0, "schulman2017:A2C"),
+    Entry(
+        "c51",
+        "categorical_dqn.gin",
+        "train_off_policy",
+        ("pong",),
+        (0, 1),
+        10_000_000,
+        0.25,
+        "dopamine:C51",
+    ),  # fmt: skip
+    Entry(
+        "c51",
+        "categorical_dqn.gin",
+        "train_off_policy",
+        ("breakout", "qbert", "space_invaders"),
+        (1,),
+        10_000_000,
+        0.25,
+        "dopamine:C51",
+    ),  # fmt: skip
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    entry: Entry
+    game: str
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry.name}/{self.game}/seed{self.seed}"
+
+    def run_dir(self, root: str) -> str:
+        return os.path.join(root, self.entry.name, self.game, f"seed{self.seed}")
+
+
+def jobs(only: set[str] | None = None, games: set[str] | None = None) -> list[Job]:
+    """The grid's runs in the order they are trained: entry by entry as listed (every game of
+    an entry's first seed before its second), each (entry, game, seed) once."""
+    seen, result = set(), []
+    for entry in GRID:
+        if only and entry.name not in only:
+            continue
+        for seed in entry.seeds:
+            for game in entry.games:
+                job = Job(entry, game, seed)
+                key = (entry.name, game, seed)
+                if key not in seen and (not games or game in games):
+                    seen.add(key)
+                    result.append(job)
+    return result
+
+
+def trained_frames(run_dir: str) -> int:
+    """The env frames of a run directory's last metrics row (0 without one)."""
+    path = os.path.join(run_dir, "metrics.csv")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as handle:
+        lines = [line for line in handle.read().splitlines() if line.strip()]
+    try:
+        return int(float(lines[-1].split(",")[0])) if len(lines) > 1 else 0
+    except ValueError:  # a cut last row: the run itself will say what it is
+        return 0
+
+
+def command(job: Job, root: str, wall_seconds: float | None) -> list[str]:
+    """The `bin/train` command of one run."""
+    entry, trainer = job.entry, job.entry.trainer
+    bindings = [
+        f"AtariConfig.game = '{job.game}'",
+        f"AtariConfig.sticky_action_prob = {entry.sticky_action_prob}",
+        f"{trainer}.total_frames = {entry.frames}",
+        f"{trainer}.seed = {job.seed}",
+    ]
+    if trainer == "train_off_policy":
+        bindings.append("train_off_policy.checkpoint_replay = True")  # resume keeps the replay
+    if wall_seconds is not None:
+        bindings.append(f"{trainer}.max_wall_seconds = {int(wall_seconds)}")
+    bindings += entry.bindings
+    return [
+        sys.executable,
+        os.path.join(ROOT, "bin", "train"),
+        f"--gin_file={entry.config}",
+        f"--root_dir={job.run_dir(root)}",
+    ] + [f"--gin_bindings={binding}" for binding in bindings]
+
+
+def run_grid(root: str, todo: list[Job], parallel: int, hours: float | None) -> int:
+    """Trains the unfinished jobs, `parallel` at a time; 0 when all ended well, 130/143 after
+    a signal (forwarded to the runs, which save first), 1 when a run failed (the others go on)."""
+    deadline = time.monotonic() + hours * 3600 if hours else None
+    pending = [job for job in todo if trained_frames(job.run_dir(root)) < job.entry.frames]
+    print(f"suite: {len(todo) - len(pending)} of {len(todo)} runs done, {len(pending)} to train")
+    running: dict[subprocess.Popen, Job] = {}
+    stopped, failed = [], []
+
+    def forward(signum, _frame):
+        stopped.append(signum)
+        for process in running:
+            process.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    while (pending or running) and not stopped:
+        while pending and len(running) < parallel and not stopped:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left < 120:
+                pending.clear()  # no time for a start-up and one checkpoint
+                break
+            job = pending.pop(0)
+            os.makedirs(os.path.dirname(job.run_dir(root)), exist_ok=True)
+            log = open(job.run_dir(root) + ".log", "a")
+            print(f"suite: {job.label} from {trained_frames(job.run_dir(root)):,} frames")
+            process = subprocess.Popen(
+                command(job, root, left), stdout=log, stderr=log, start_new_session=True
+            )  # signals reach it through forward() alone, once
+            running[process] = job
+            log.close()
+        time.sleep(1.0)
+        for process in [p for p in running if p.poll() is not None]:
+            job = running.pop(process)
+            frames = trained_frames(job.run_dir(root))
+            print(f"suite: {job.label} exit {process.returncode} at {frames:,} frames")
+            if process.returncode not in (0, 130, 143):
+                failed.append(job.label)
+    for process in running:
+        process.wait()
+    if failed:
+        print(f"suite: failed: {', '.join(failed)} (see their .log beside the run directories)")
+    if stopped:
+        return 128 + stopped[0]
+    return 1 if failed else 0
+
+
+def camel(game: str) -> str:
+    """`space_invaders` -> `SpaceInvaders`, as the papers' tables name games."""
+    return "".join(part.capitalize() for part in game.split("_"))
+
+
+def load_reference(kind_agent: str, game: str, frames: int) -> dict | None:
+    """The published figure for `game` after `frames` (None where none is published): its
+    source, protocol, mean, low and high over the published seeds (equal to the mean where only
+    a mean is published), and, for curves, the curve itself."""
+    kind, agent = kind_agent.split(":")
+    if kind == "dopamine":
+        path = os.path.join(REFERENCES, f"dopamine_{camel(game).lower()}.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as handle:
+            document = json.load(handle)
+        step = document["frames_per_iteration"]
+        seeds = document["runs"].get(agent)
+        if not seeds or min(len(seed) for seed in seeds) * step < frames:
+            return None
+        at = [seed[frames // step - 1] for seed in seeds]
+        length = min(len(seed) for seed in seeds)
+        curve = [[(i + 1) * step, *_spread([seed[i] for seed in seeds])] for i in range(length)]
+        return {
+            "source": document["source"],
+            "protocol": f"{agent} as Dopamine runs it ({document['settings'].get(agent, '')}); "
+            + document["what"],
+            "seeds": len(seeds),
+            **dict(zip(("mean", "low", "high"), _spread(at), strict=True)),
+            "curve": curve,
+        }
+    if kind in ("schulman2017", "cleanrl"):
+        name = "schulman2017_table6.json" if kind == "schulman2017" else "cleanrl_ppo_atari.json"
+        path = os.path.join(REFERENCES, name)
+        if not os.path.exists(path):
+            return None
+        with open(path) as handle:
+            document = json.load(handle)
+        figure = document["scores"].get(camel(game), {}).get(agent)
+        if figure is None:
+            return None
+        mean = figure if isinstance(figure, int | float) else figure["mean"]
+        low = figure.get("min", mean) if isinstance(figure, dict) else mean
+        high = figure.get("max", mean) if isinstance(figure, dict) else mean
+        return {
+            "source": document["source"],
+            "protocol": document["protocol"],
+            "seeds": document.get("seeds"),
+            "frames": document.get("frames", frames),
+            "mean": mean,
+            "low": low,
+            "high": high,
+        }
+    raise ValueError(f"unknown reference kind {kind!r}; valid: dopamine, schulman2017, cleanrl")
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    return (float(sum(values) / len(values)), float(min(values)), float(max(values)))
+
+
+def verdict(score: float, reference: dict) -> str:
+    """ahead: above the reference's mean; level: within its range over seeds, or within 10% of
+    its mean where only a mean is published; behind: otherwise."""
+    mean, low, high = reference["mean"], reference["low"], reference["high"]
+    if score > mean:
+        return "ahead"
+    if low < high:
+        return "level" if score >= low else "behind"
+    return "level" if score >= mean - 0.1 * abs(mean) else "behind"
+
+
+def seed_summary(run_dir: str) -> dict | None:
+    """A run directory's figures, or None when it has no scored row yet."""
+    from tfaccel import plot
+
+    try:
+        run = plot.load_run(run_dir)
+    except ValueError:
+        return None
+    frames = trained_frames(run_dir)
+    wall = float(run.wall_s[-1])
+    return {
+        "run_dir": os.path.relpath(run_dir),
+        "frames": frames,
+        "score": float(run.score[-1]),  # the mean of the last 20 full games
+        "best": float(max(run.score)),
+        "wall_s": wall,
+        "agent_steps_per_s": frames / 4 / wall if wall > 0 else None,
+        "curve": [[int(f), round(float(s), 2)] for f, s in zip(run.frames, run.score, strict=True)],
+    }
+
+
+def summarize(root: str) -> list[dict]:
+    """One entry per config x game, with its seeds' figures, its reference and its verdict."""
+    entries = {}
+    for job in jobs():
+        key = (job.entry.name, job.game)
+        entry = entries.setdefault(
+            key,
+            {
+                "config": job.entry.config,
+                "entry": job.entry.name,
+                "game": job.game,
+                "frames": job.entry.frames,
+                "sticky_action_prob": job.entry.sticky_action_prob,
+                "seeds": {},
+                "reference": load_reference(job.entry.reference, job.game, job.entry.frames),
+            },
+        )
+        figures = seed_summary(job.run_dir(root))
+        if figures is not None:
+            entry["seeds"][str(job.seed)] = figures
+    for entry in entries.values():
+        done = [s for s in entry["seeds"].values() if s["frames"] >= entry["frames"]]
+        entry["finished_seeds"] = len(done)
+        entry["score"] = _spread([s["score"] for s in done]) if done else None
+        reference = entry["reference"]
+        entry["verdict"] = (
+            verdict(entry["score"][0], reference) if done and reference else "in progress"
+        )
+    return list(entries.values())
+
+
+COLORS = {"a2c": "tab:blue", "c51": "tab:red", "ppo": "tab:green", "appo": "tab:purple"}
+
+
+def draw(entries: list[dict], path: str) -> None:
+    """A panel per game: each entry's mean score over seeds against frames, its range shaded,
+    and its reference (a curve, or a point with its range at the reference's frames)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    for axis, game in zip(axes.flat, GAMES, strict=True):
+        for entry in [e for e in entries if e["game"] == game]:
+            color = COLORS.get(entry["entry"], "black")
+            curves = [seed["curve"] for seed in entry["seeds"].values() if seed["curve"]]
+            if curves:
+                end = min(curve[-1][0] for curve in curves)
+                grid = np.linspace(max(curve[0][0] for curve in curves), end, 200)
+                ys = np.stack([np.interp(grid, *np.array(curve).T) for curve in curves])
+                label = f"{entry['entry']} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
+                axis.plot(grid / 1e6, ys.mean(0), color=color, label=label)
+                axis.fill_between(grid / 1e6, ys.min(0), ys.max(0), color=color, alpha=0.2)
+            reference = entry["reference"]
+            if reference and "curve" in reference:
+                x, mean, low, high = np.array(reference["curve"]).T
+                cut = x <= entry["frames"] * 1.0001
+                axis.plot(
+                    x[cut] / 1e6, mean[cut], "--", color=color, label=f"{entry['entry']} ref."
+                )
+                axis.fill_between(x[cut] / 1e6, low[cut], high[cut], color=color, alpha=0.08)
+            elif reference:
+                frames = reference.get("frames") or entry["frames"]
+                error = [
+                    [reference["mean"] - reference["low"]],
+                    [reference["high"] - reference["mean"]],
+                ]
+                axis.errorbar(frames / 1e6, reference["mean"], yerr=error, fmt="*", color=color,
+                              markersize=12, label=f"{entry['entry']} ref.")  # fmt: skip
+        axis.set_title(camel(game))
+        axis.set_xlabel("env frames (M)")
+        axis.set_ylabel("raw score, last 20 games")
+        axis.grid(alpha=0.3)
+        if axis.has_data():
+            axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def table(entries: list[dict]) -> str:
+    """The summary as a Markdown table (docs/results.md)."""
+    lines = [
+        "| config | game | frames | seeds | score (mean, range) | reference | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        score = (
+            "—"
+            if e["score"] is None
+            else f"{e['score'][0]:.1f} ({e['score'][1]:.1f} to {e['score'][2]:.1f})"
+        )
+        ref = e["reference"]
+        reference = (
+            "—" if ref is None else f"{ref['mean']:.1f} ({ref['low']:.1f} to {ref['high']:.1f})"
+        )
+        lines.append(
+            f"| {e['config']} | {camel(e['game'])} | {e['frames'] / 1e6:.0f}M | "
+            f"{e['finished_seeds']}/{len(e['seeds']) or 0} | {score} | {reference} | {e['verdict']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("run", "list", "summary"))
+    parser.add_argument("--root", default="runs/suite", help="the suite's run directories")
+    parser.add_argument("--only", default="", help="entries to run, e.g. a2c,c51 (default: all)")
+    parser.add_argument("--games", default="", help="games to run, e.g. breakout,pong")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once")
+    parser.add_argument("--hours", type=float, default=None, help="stop (saved) after this long")
+    parser.add_argument("--out", default=RESULTS, help="where summary.{json,png} go")
+    args = parser.parse_args()
+    names = {entry.name for entry in GRID}
+    only = {name for name in args.only.split(",") if name}
+    games = {game for game in args.games.split(",") if game}
+    if only - names:
+        parser.error(f"unknown entries {sorted(only - names)}; valid: {', '.join(sorted(names))}")
+    if games - set(GAMES):
+        parser.error(f"unknown games {sorted(games - set(GAMES))}; valid: {', '.join(GAMES)}")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    todo = jobs(only or None, games or None)
+    if args.action == "run":
+        return run_grid(args.root, todo, args.jobs, args.hours)
+    if args.action == "list":
+        for job in todo:
+            frames = trained_frames(job.run_dir(args.root))
+            print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames")
+        return 0
+    entries = summarize(args.root)
+    os.makedirs(args.out, exist_ok=True)
+    results_file.write_json(os.path.join(args.out, "summary.json"), {"entries": entries})
+    draw(entries, os.path.join(args.out, "summary.png"))
+    print(table(entries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
