@@ -16,9 +16,27 @@ def test_every_config_parses(name):
 
 
 def test_a_missing_config_lists_the_shipped_ones():
-    with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found; .*a2c.gin, a2c_256.gin"):
+    with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found; .*a2c.gin, a2c_bf16.gin"):
         gin_configs.path("nope.gin")
     assert len(gin_configs.names()) >= 20 and "distribute/mirrored.gin" in gin_configs.names()
+
+
+def test_a_bare_name_finds_a_config_in_a_folder_and_a_path_wins():
+    """Presets are at the top; toy and testing configs in folders, found by their bare name
+    as long as one folder has it (the contract: `--gin_file=smoke.gin` after any config)."""
+    assert gin_configs.path("smoke.gin").endswith("testing/smoke.gin")
+    assert gin_configs.path("catch_a2c.gin").endswith("toy/catch_a2c.gin")
+    assert gin_configs.path("reference/c51_dopamine.gin").endswith("reference/c51_dopamine.gin")
+    assert gin_configs.path("categorical_dqn.gin") == f"{gin_configs.DIRECTORY}/categorical_dqn.gin"
+
+
+def test_a_bare_name_in_two_folders_is_ambiguous(tmp_path, monkeypatch):
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.gin").write_text("")
+    monkeypatch.setattr(gin_configs, "DIRECTORY", str(tmp_path))
+    with pytest.raises(ValueError, match=r"'x.gin' is ambiguous: name one of one/x.gin, two/x.gin"):
+        gin_configs.path("x.gin")
 
 
 def test_includes_log_no_error_looking_lines(caplog):

@@ -159,6 +159,33 @@ def test_a_centered_policy_exports_and_reloads(tmp_path):
     np.testing.assert_allclose(logits.numpy(), network(observations())[0].numpy(), atol=1e-5)
 
 
+def test_auto_precision_is_bfloat16_only_where_the_hardware_computes_it():
+    def choose(flags=("avx2", "fma"), gpus=()):
+        return networks.choose_precision(lambda: set(flags), lambda: list(gpus))[0]
+
+    assert choose() == "float32"
+    assert choose(flags=("avx2", "avx512_bf16")) == "float32"  # measured slower there
+    assert choose(flags=("avx512_bf16", "amx_bf16", "amx_tile")) == "mixed_bfloat16"
+    assert networks.choose_precision(lambda: None, lambda: [])[0] == "float32"  # flags unknown
+    turing, ampere = ("Tesla T4", (7, 5)), ("NVIDIA A100", (8, 0))
+    assert choose(gpus=[ampere]) == "mixed_bfloat16"
+    assert choose(gpus=[ampere, turing], flags=("amx_bf16",)) == "float32"
+    assert choose(gpus=[("GPU 0", None)]) == "float32"  # capability not told: the safe one
+
+
+def test_set_precision_says_what_it_chose_and_a_binding_overrides():
+    try:
+        line = networks.set_precision("auto")
+        chosen = networks.choose_precision()[0]
+        assert line.startswith(f"precision: {chosen} (auto: ") and "overrides" in line
+        assert keras.mixed_precision.global_policy().name == chosen
+        assert networks.set_precision("float32") == "precision: float32 (set_precision.policy)"
+        with pytest.raises(ValueError, match="unknown precision 'half'; valid: auto, float32"):
+            networks.set_precision("half")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 def test_bfloat16_is_flagged_where_the_machine_would_emulate_it():
     def warn(policy="mixed_bfloat16", flags=("avx2", "fma"), gpus=()):
         return networks.precision_warning(policy, lambda: set(flags), lambda: list(gpus))

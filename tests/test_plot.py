@@ -56,9 +56,8 @@ def test_bin_plot_writes_a_png_and_names_bad_directories(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode != 0
-    assert (
-        bad.stderr.strip().splitlines()[-1]
-        == f"error: {tmp_path} is not a run directory: it has no metrics.csv"
+    assert bad.stderr.strip().splitlines()[-1] == (
+        f"error: nothing to plot: {tmp_path} is not a run directory: it has no metrics.csv"
     )
     unwritable = subprocess.run(
         [sys.executable, "bin/plot", f"--run_dir={run}", f"--out={tmp_path}/no/curves.png"],
@@ -72,3 +71,47 @@ def test_a_run_without_finished_games_is_named(tmp_path):
     run = make_run(tmp_path / "fresh", ["nan"])
     with pytest.raises(ValueError, match="has no finished games yet"):
         plot.load_run(run)
+
+
+def test_plot_leaves_out_a_run_without_finished_games_and_says_so(tmp_path):
+    """It drew nothing (an error) when one of its runs had no finished game yet."""
+    played = make_run(tmp_path / "played", [-21, -10, 3])
+    fresh = make_run(tmp_path / "fresh", ["nan", "nan"], config="train.learning_rate = 0.1")
+    out = tmp_path / "curves.png"
+    done = subprocess.run(
+        [sys.executable, "bin/plot", f"--run_dir={played}", f"--run_dir={fresh}", f"--out={out}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"warning: left out: {fresh}/metrics.csv has no finished games yet" in done.stderr
+    assert "played: 0.0M frames, final 3.0" in done.stdout and out.exists()
+    lines = []
+    with pytest.raises(ValueError, match="nothing to plot: .*fresh/metrics.csv has no finished"):
+        plot.plot([fresh], str(out), warn=lines.append)
+    assert len(lines) == 1
+
+
+def test_every_command_lists_its_flags_on_help_and_exits_0():
+    for command, flags in (
+        ("train", ["--root_dir", "--gin_file", "--gin_bindings"]),
+        ("eval", ["--policy_dir", "--episodes", "--gif", "--epsilon"]),
+        ("plot", ["--run_dir", "--out", "--target"]),
+        ("bench_sampler", ["--game", "--seconds", "--json", "--plot"]),
+    ):
+        done = subprocess.run(
+            [sys.executable, f"bin/{command}", "--help"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        assert all(flag in done.stdout for flag in flags), (command, done.stdout)
+        assert done.stderr == "", (command, done.stderr)  # no TensorFlow start-up lines
+
+
+def test_a_stray_argument_is_one_line_not_a_silent_run():
+    done = subprocess.run(
+        [sys.executable, "bin/train", "a2c.gin", "--gin_file=catch_a2c.gin", "--root_dir=/tmp/x"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.startswith("error: unrecognized arguments: a2c")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not os.path.exists("/tmp/x/metrics.csv")

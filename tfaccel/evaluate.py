@@ -31,6 +31,7 @@ def evaluate(
     gif: str | None = None,
     gif_every: int = 4,
     mp4: str | None = None,
+    on_game=None,
 ) -> dict:
     """Plays `episodes` full games with the policy in `policy_dir` and summarizes the scores.
 
@@ -50,11 +51,14 @@ def evaluate(
         gif_every: the GIF shows every k-th agent step.
         mp4: where to write an H.264 video of the first game, every agent step in real time
             (60 / frame_skip frames per second, screens scaled ×2; needs `tfaccel[video]`).
+        on_game: called as `on_game(index, score, length)` as each game ends.
 
     Returns:
         `episodes`, `mean`, `std`, `min`, `max` of the raw scores, `scores` and `lengths` (agent
-        steps) per game, `policy_dir`, `game`, `actions` (`greedy` or `sampled`), and with a GIF
-        `gif` (path, frames, frame_ms), with an MP4 `mp4` (path, frames, fps).
+        steps) per game, `policy_dir`, `game`, `actions` (`greedy` or `sampled`), `epsilon`,
+        `at_step_limit` (games that ended by the step limit, not by a game over: a policy stuck,
+        e.g. waiting for FIRE, with a `warning`), and with a GIF `gif` (path, frames, frame_ms),
+        with an MP4 `mp4` (path, frames, fps).
 
     Raises:
         ValueError: a setting is out of range, the policy directory is missing or not a tfaccel
@@ -91,6 +95,7 @@ def evaluate(
         epsilon=epsilon,
         sample=sample,
         record_every=record_every,
+        on_game=on_game,
         **{name: value for name, value in given.items() if value is not None},
     )
     scores = np.array([record.score for record in records], np.float64)
@@ -105,7 +110,17 @@ def evaluate(
         policy_dir=os.path.abspath(policy_dir),
         game=preprocessing["game"],
         actions="sampled" if sample else "greedy",
+        epsilon=epsilon,
     )
+    limit = max_agent_steps or preprocessing["max_agent_steps"]
+    stuck = sum(record.length >= limit for record in records)
+    result["at_step_limit"] = stuck
+    if stuck:
+        result["warning"] = (
+            f"{stuck} of {episodes} games ran to the step limit ({limit:,} agent steps) without "
+            "a game over: the policy may be stuck (a game that needs FIRE to start, played "
+            "greedily with epsilon 0?)"
+        )
     screens = records[0].frames
     if gif:
         frames = screens[:: gif_every // record_every]

@@ -152,12 +152,12 @@ def train_off_policy(
     """
     runner.NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
-    networks.set_precision()  # gin: set_precision.policy
+    precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
     team = strategies.SyncTeam(strategy)
     chief, vote, seed = team.chief, team.stop, team.seed(seed)
-    run_dir, log, eval_log = runner.open_run(root_dir, team)
+    run_dir, log, eval_log = runner.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with runner.make_pool(

@@ -103,18 +103,47 @@ def _common_name(names: list[str]) -> str:
     return prefix or names[0]
 
 
-def plot(run_dirs: list[str], out: str, title: str | None = None, target: float | None = None):
-    """Writes a PNG with score against frames (left) and against wall time (right).
+def load_runs(run_dirs: list[str], warn=print) -> list[Run]:
+    """The runs of `run_dirs` that have a finished game; each other one is left out with a
+    `warn(...)` line that says why.
+
+    Raises:
+        ValueError: none of them has a finished game (or is a run directory).
+    """
+    runs, reasons = [], []
+    for run_dir in run_dirs:
+        try:
+            runs.append(load_run(run_dir))
+        except ValueError as error:
+            reasons.append(str(error))
+            warn(f"warning: left out: {error}")
+    if not runs:
+        raise ValueError(f"nothing to plot: {'; '.join(reasons)}")
+    return runs
+
+
+def plot(
+    run_dirs: list[str],
+    out: str,
+    title: str | None = None,
+    target: float | None = None,
+    warn=print,
+):
+    """Writes a PNG with score against frames (left) and against wall time (right) of the runs
+    with a finished game (`load_runs`: the others are left out with a warning).
 
     Returns:
         The curves of the frames panel (for tests and captions).
+
+    Raises:
+        ValueError: no run has a finished game.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [load_run(run_dir) for run_dir in run_dirs]
+    runs = load_runs(run_dirs, warn)
     figure, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
     panels = ((by_frames, "frames", 1e6, "env frames (millions)"),)
     panels += ((by_time, "wall_s", 60.0, "wall time (minutes)"),)

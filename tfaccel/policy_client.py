@@ -366,6 +366,7 @@ def play_games(
     epsilon: float = 0.0,
     sample: bool = False,
     record_every: int = 0,
+    on_game: Callable[[int, float, int], None] | None = None,
     **overrides,
 ) -> list[GameRecord]:
     """Plays full games one after another, epsilon-greedy on the policy's `action` output, or
@@ -383,6 +384,7 @@ def play_games(
             trained) instead of taking the greedy one.
         record_every: with k > 0, the first game keeps its RGB screen at the start and after
             every k-th agent step (1 + length // k frames).
+        on_game: called as `on_game(index, score, length)` when each game ends.
         **overrides: settings that replace the preprocessing's (see `AtariGame`).
 
     Returns:
@@ -406,6 +408,8 @@ def play_games(
             if record and game.length % record_every == 0:
                 frames.append(game.screen_rgb())
         records.append(GameRecord(game.score, game.length, frames))
+        if on_game is not None:
+            on_game(episode, game.score, game.length)
     return records
 
 

@@ -99,14 +99,15 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
-def open_run(root_dir: str, team) -> tuple[str, MetricsLogger, MetricsLogger]:
+def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, MetricsLogger]:
     """This process's run directory (created) and its metrics and eval loggers; only the chief
-    of the processes training together shows progress. A precision this machine only emulates
-    starts the log with a warning."""
+    of the processes training together shows progress. The log starts with the `precision`
+    line (`networks.set_precision`), and a warning if this machine only emulates it."""
     run_dir = team.run_dir(root_dir)
     os.makedirs(run_dir, exist_ok=True)
     quiet = None if team.chief else open(os.devnull, "w")
     log = MetricsLogger(run_dir, stream=quiet)
+    log.message(precision)
     if warning := networks.precision_warning():
         log.message(f"warning: {warning}")
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
@@ -420,7 +421,7 @@ def train(
     """
     NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
-    networks.set_precision()  # gin: set_precision.policy
+    precision = networks.set_precision()  # gin: set_precision.policy
     group_size = max(num_workers, 1) * envs_per_worker // max(num_groups, 1)  # 0: in process
     strategies.check_split(strategy, group_size, "the number of envs per group")
     _check_rollout(horizon, group_size // strategies.local_replicas(strategy), algorithm)
@@ -428,7 +429,7 @@ def train(
     # the chief owns root_dir, the others keep their state in their own directory below it.
     team = team or strategies.SyncTeam(strategy)
     learners, chief, seed = team.learners, team.chief, team.seed(seed)
-    run_dir, log, eval_log = open_run(root_dir, team)
+    run_dir, log, eval_log = open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
     with make_pool(env, num_workers, envs_per_worker, num_groups, seed, worker_niceness) as pool:
         # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.

@@ -130,3 +130,22 @@ def test_eval_plays_by_the_policys_own_settings_unless_told_otherwise(tmp_path):
     export.export_policy(PolicyValueNetwork(config(0).spec), config, path)
     assert evaluate.evaluate(path, 1)["lengths"] == [60]  # its training env's limit
     assert evaluate.evaluate(path, 1, max_agent_steps=30)["lengths"] == [30]
+
+
+def test_a_policy_stuck_before_fire_is_warned_about_and_eval_explores_by_default(tmp_path):
+    """Greedy play with epsilon 0 of a policy that never presses FIRE waited out the step limit
+    on Breakout in silence (a score of 0 after 27,000 steps)."""
+    config = AtariConfig(game="breakout")
+    network = PolicyValueNetwork(config(0).spec)
+    kernel, bias = network.policy_head.get_weights()
+    network.policy_head.set_weights([np.zeros_like(kernel), np.eye(len(bias))[0] * 10])  # NOOP
+    path = str(tmp_path / "policy")
+    export.export_policy(network, config, path)
+    stuck = run(f"--policy_dir={path}", "--episodes=1", "--max_agent_steps=300", "--epsilon=0")
+    assert stuck.returncode == 0, stuck.stderr[-3000:]
+    data = json.loads(stuck.stdout)
+    assert data["lengths"] == [300] and data["at_step_limit"] == 1 and data["scores"] == [0.0]
+    assert "warning: 1 of 1 games ran to the step limit (300 agent steps)" in stuck.stderr
+    assert "game 1/1: 0 in 300 agent steps" in stuck.stderr  # each game as it ends
+    default = run(f"--policy_dir={path}", "--episodes=1", "--max_agent_steps=20")
+    assert json.loads(default.stdout)["epsilon"] == 0.001  # Machado et al.'s evaluation

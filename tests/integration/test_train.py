@@ -54,8 +54,10 @@ def test_smoke_run_writes_every_artifact(tmp_path):
     result = train(tmp_path, *SMOKE, "--gin_bindings=train.eval_episodes = 1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "done: 2,000 frames (500 agent steps)" in result.stdout
-    summary = result.stdout.strip().splitlines()[-2:]  # the score line, then where things are
-    assert summary[0].startswith("score") and f"bin/plot --run_dir={tmp_path}" in summary[1]
+    summary = result.stdout.strip().splitlines()[-6:]  # the score, then where things are
+    assert summary[0].startswith("score") and summary[1] == f"run directory {tmp_path}:"
+    assert f"bin/plot --run_dir={tmp_path}" in summary[4]  # a command of this checkout
+    assert f"bin/eval --policy_dir={tmp_path}/policy" in summary[3]
     table = rows(tmp_path)
     for column in (
         "env_frames",
@@ -124,7 +126,8 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
     number = getattr(signal, name)
     os.killpg(process.pid, number) if group else process.send_signal(number)
     out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err[-3000:]
+    # 128 + the signal's number, as a shell reports it: `train && eval` stops here.
+    assert process.returncode == {"SIGINT": 130, "SIGTERM": 143}[name], err[-3000:]
     assert f"stopped by {name}" in out and "Traceback" not in err, err[-3000:]
     deadline = time.monotonic() + 30  # the forkserver and workers may still be on their way out
     while any(state(pid) not in ("", "Z") for pid in workers) and time.monotonic() < deadline:
@@ -178,7 +181,7 @@ KILLED_IN_SAVE = """
 import os, signal, sys
 import numpy as np
 from tensorflow.python.ops import gen_io_ops
-from tfaccel import train_command
+from tfaccel.commands import train
 
 def second_call_killed(original, is_ours, cut):
     calls = []
@@ -202,7 +205,7 @@ if sys.argv[1] == "checkpoint":
 else:
     np.savez = second_call_killed(np.savez, lambda path, **arrays: True, half_written)
 sys.argv[1:2] = []
-train_command.run()
+train.run()
 """
 
 
@@ -413,7 +416,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, tra
     "config, columns",
     [
         ("ppo.gin", {"approx_kl", "clip_fraction"}),
-        ("a2c_256.gin", {"policy_loss", "entropy"}),
+        ("reference/a2c_stooke2018_256envs.gin", {"policy_loss", "entropy"}),
         ("a2c_bf16.gin", {"policy_loss", "entropy"}),
     ],
 )
@@ -434,7 +437,7 @@ def test_every_config_runs_with_smoke(tmp_path, config, columns):
         return
     # The learning rate falls linearly with the frames done, however many SGD steps an update
     # takes (PPO: epochs x minibatches); one rollout of frames may still be ahead of the row.
-    initial = {"ppo.gin": 2.5e-4, "a2c_256.gin": 1.4e-3}[config]
+    initial = {"ppo.gin": 2.5e-4, "reference/a2c_stooke2018_256envs.gin": 1.4e-3}[config]
     for row in table:
         remaining = 1 - int(row["env_frames"]) / 2000
         assert float(row["learning_rate"]) == pytest.approx(initial * remaining, abs=0.25 * initial)
@@ -475,10 +478,10 @@ def test_warmup_frames_raise_the_rate_linearly_then_hold_it(tmp_path):
         ("dqn.gin", "q_values"),
         ("categorical_dqn.gin", "probabilities"),
         ("rainbow.gin", "probabilities"),
-        ("dqn_b256.gin", "q_values"),
-        ("categorical_dqn_b256.gin", "probabilities"),
-        ("categorical_dqn_b2048.gin", "probabilities"),
-        ("rainbow_b256.gin", "probabilities"),
+        ("reference/dqn_nature2015.gin", "q_values"),
+        ("reference/c51_dopamine.gin", "probabilities"),
+        ("reference/c51_stooke2018_b2048.gin", "probabilities"),
+        ("reference/rainbow_hessel2018.gin", "probabilities"),
     ],
 )
 def test_every_q_config_runs_with_smoke(tmp_path, config, head):
@@ -624,7 +627,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
         ),
         (
             ["--gin_bindings=set_precision.policy = 'float16'"],
-            "unknown precision 'float16'; valid: float32, mixed_bfloat16",
+            "unknown precision 'float16'; valid: auto, float32, mixed_bfloat16",
         ),
         (
             ["--gin_bindings=train.on_nonfinite = 'ignore'"],

@@ -4,7 +4,7 @@
     pool = EnvPool(GymnasiumConfig("CartPole-v1"), 2, 8)
 
 or in gin: `train.env = @GymnasiumConfig()` with `GymnasiumConfig.env_id = 'CartPole-v1'`
-(`gin_configs/cartpole_ppo.gin`). Box observations go to the network as they are (float32
+(`gin_configs/toy/cartpole_ppo.gin`). Box observations go to the network as they are (float32
 vectors to `networks.mlp_torso`; uint8 images are scaled to [0, 1]); Gymnasium's `terminated`
 and `truncated` (time limits) keep their meaning. A game is one episode, scored in raw reward.
 

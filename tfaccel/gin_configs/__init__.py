@@ -29,16 +29,23 @@ def names() -> list[str]:
 
 
 def path(name: str) -> str:
-    """`name` itself if it is a file, else the config of that name here.
+    """`name` itself if it is a file, else the config of that name here: `reference/x.gin`, or
+    a bare `x.gin` at the top (the presets) or, if only one folder has it, in a folder (`smoke.gin`
+    is `testing/smoke.gin`, `catch_a2c.gin` is `toy/catch_a2c.gin`).
 
     Raises:
-        ValueError: neither exists (the message lists the configs).
+        ValueError: none exists, or a bare name is in several folders (the message lists them).
     """
     if os.path.isfile(name):
         return name
     candidate = os.path.join(DIRECTORY, name)
     if os.path.isfile(candidate):
         return candidate
+    alike = [found for found in names() if os.path.basename(found) == name]
+    if len(alike) == 1:
+        return os.path.join(DIRECTORY, alike[0])
+    if alike:
+        raise ValueError(f"gin file {name!r} is ambiguous: name one of {', '.join(alike)}")
     raise ValueError(f"gin file {name!r} not found; configs in gin_configs/: {', '.join(names())}")
 
 

@@ -1,83 +1,94 @@
-"""`bin/train` and `tfaccel-train`: trains an agent from gin configs; the same command on the
-same --root_dir resumes.
+"""Trains an agent from gin configs; the same command on the same --root_dir resumes.
 
-    tfaccel-train --gin_file=a2c.gin --root_dir=runs/a2c_pong
+    tfaccel-train --gin_file=categorical_dqn.gin --root_dir=runs/c51_pong
     tfaccel-train --gin_file=a2c.gin --gin_file=smoke.gin --root_dir=/tmp/smoke
-    tfaccel-train --gin_file=a2c.gin --gin_bindings='AtariConfig.game = "breakout"' --root_dir=...
+    tfaccel-train --gin_file=a2c.gin --gin_bindings="AtariConfig.game = 'breakout'" --root_dir=...
 
-A bare --gin_file name is looked up in tfaccel's gin configs (`gin_configs/`).
+A bare --gin_file name is looked up in tfaccel's configs (gin_configs/: the presets, reference/,
+toy/, testing/). Exit status: 0 when the run finished (or was already done), 1 with one line for
+a user error, 130 after Ctrl-C and 143 after SIGTERM (a checkpoint was saved: the same command
+resumes), so that `tfaccel-train ... && tfaccel-eval ...` stops at an interrupted run.
 """
 
 import os
 import sys
 
-from absl import app, flags, logging
+from tfaccel import commands
 
-flags.DEFINE_string("root_dir", None, "The run directory (created, or resumed if it exists).")
-flags.DEFINE_multi_string(
-    "gin_file", [], "Gin config files; bare names are looked up in gin_configs/."
-)
-flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'train.total_frames = 1000'.")
-flags.mark_flag_as_required("root_dir")
-FLAGS = flags.FLAGS
+STOPPED_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report
 
 
-def main(argv):
-    del argv
-    logging.set_verbosity(logging.WARNING)
-    from tfaccel import console, gin_configs
+def parse_flags(argv=None):
+    parser = commands.parser(__doc__)
+    parser.add_argument(
+        "--root_dir", required=True, help="the run directory (created, or resumed if it exists)"
+    )
+    parser.add_argument(
+        "--gin_file",
+        action="append",
+        default=[],
+        help="a gin config, repeatable; a bare name is one of tfaccel's configs",
+    )
+    parser.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="a gin binding, repeatable, e.g. 'train.total_frames = 1000'",
+    )
+    return parser.parse_args(argv)
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with console.stderr_silenced():  # TensorFlow's and Keras's start-up lines
-        from tfaccel import off_policy, runner  # noqa: F401  (registers the trainers with gin)
+
+def main(argv=None) -> int:
+    """Runs the command; its exit status."""
+    flags = parse_flags(argv)
+    with commands.tensorflow_imported_quietly():
+        from tfaccel import gin_configs, off_policy, runner  # noqa: F401  (gin registrations)
         from tfaccel.distribute import asynchronous
         from tfaccel.envs.pool import PoolError
 
     try:
-        gin_configs.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+        gin_configs.parse(flags.gin_file, flags.gin_bindings)
     except ImportError as error:  # a gin `import` line naming a module off the path
-        first = str(error).strip().splitlines()[0]
-        sys.exit(
-            f"error: bad gin config: {first}: put its directory on PYTHONPATH "
+        commands.fail(
+            f"bad gin config: {commands.first_line(error)}: put its directory on PYTHONPATH "
             "(e.g. PYTHONPATH=. bin/train ...)"
         )
     except (ValueError, KeyError, NameError, SyntaxError, OSError) as error:
-        first = str(error).strip().splitlines()[0]
-        sys.exit(f"error: bad gin config: {first}")
+        commands.fail(f"bad gin config: {commands.first_line(error)}")
     import tensorflow as tf
 
     peer_lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
     peer_lost += (tf.errors.CancelledError, tf.errors.AbortedError)
     try:
-        summary = runner.run(FLAGS.root_dir)
+        summary = runner.run(flags.root_dir)
     except (ValueError, OSError, asynchronous.LearnerFailed) as error:
         # Bad settings, an unusable --root_dir, a failed learner: one line (gin appends where
         # the error was raised).
-        sys.exit(f"error: {str(error).strip().splitlines()[0]}")
+        commands.fail(commands.first_line(error))
     except PoolError as error:  # env workers kept failing; the run saved a checkpoint first
-        sys.exit(
-            f"error: {str(error).strip().splitlines()[0]}; checkpoint saved: fix the env, then "
-            "run the same command to resume"
+        commands.fail(
+            f"{commands.first_line(error)}; checkpoint saved: fix the env, then run the same "
+            "command to resume"
         )
     except RuntimeError as error:  # gin: no algorithm config gave `train` its env and loss
         if not str(error).startswith("Required bindings"):
             raise
         algorithms = [name for name in gin_configs.names() if "/" not in name]
-        sys.exit(
-            f"error: {str(error).strip().splitlines()[0]}: start the --gin_file list with an "
-            f"algorithm's config, e.g. --gin_file=categorical_dqn.gin; configs: "
-            f"{', '.join(algorithms)}"
+        commands.fail(
+            f"{commands.first_line(error)}: start the --gin_file list with an algorithm's "
+            f"config, e.g. --gin_file=categorical_dqn.gin; configs: {', '.join(algorithms)}"
         )
     except peer_lost as error:  # multi-worker: a peer died or stopped answering
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         telling = [line for line in lines if "abort" in line or "connect" in line.lower()]
         cause = (telling or lines or [""])[0][:160]
-        sys.exit(
-            "error: a worker of the multi-worker run stopped answering, so this one stops too "
+        commands.fail(
+            "a worker of the multi-worker run stopped answering, so this one stops too "
             f"({type(error).__name__}: {cause}); restart every worker with the same command to "
             "resume from the last checkpoint"
         )
-    print_summary(summary, FLAGS.root_dir)
+    print_summary(summary, flags.root_dir)
+    return STOPPED_STATUS.get(summary.get("stopped_by"), 0)
 
 
 def print_summary(summary: dict, root_dir: str) -> None:
@@ -113,17 +124,20 @@ def print_summary(summary: dict, root_dir: str) -> None:
         )
     else:
         print("score: no game finished yet")
+    policy = os.path.join(root_dir, "policy")
     print(
-        f"run directory {root_dir}: checkpoints/ (the same command resumes), policy/ "
-        f"(bin/eval --policy_dir={os.path.join(root_dir, 'policy')}), metrics.csv "
-        f"(bin/plot --run_dir={root_dir}), tb/ (tensorboard --logdir {os.path.join(root_dir, 'tb')})"
+        f"run directory {root_dir}:\n"
+        f"  checkpoints/  the same command resumes\n"
+        f"  policy/       {commands.sibling('eval')} --policy_dir={policy} --episodes=10\n"
+        f"  metrics.csv   {commands.sibling('plot')} --run_dir={root_dir} --out=curves.png\n"
+        f"  tb/           tensorboard --logdir {os.path.join(root_dir, 'tb')}"
     )
 
 
 def run() -> None:
-    """The `tfaccel-train` command (and `bin/train`)."""
-    app.run(main)
+    """The `tfaccel-train` console script (and `bin/train`)."""
+    sys.exit(main())
 
 
-if __name__ == "__main__":  # python -m tfaccel.train_command
+if __name__ == "__main__":  # python -m tfaccel.commands.train
     run()

@@ -1,0 +1,76 @@
+"""tfaccel's commands: `tfaccel-train`, `tfaccel-eval`, `tfaccel-plot` and `tfaccel-bench` in any
+install (console scripts), and the same as `bin/train`, `bin/eval`, ... in a checkout.
+
+Each command parses its own flags here (the library reads none), prints `--help` with every flag
+and exits 0, ends a user error with one line `error: ...` and exit status 1, and keeps
+TensorFlow's C++ start-up lines off the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import NoReturn
+
+
+def quiet_tensorflow() -> None:
+    """TensorFlow's C++ logs at warnings and above only (set before TensorFlow is imported);
+    Python-side absl logging at warnings."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with contextlib.suppress(ImportError):
+        from absl import logging
+
+        logging.set_verbosity(logging.WARNING)
+
+
+@contextlib.contextmanager
+def tensorflow_imported_quietly():
+    """Imports inside run with the C++ start-up lines (oneDNN, CUDA probes, CPU features) sent
+    to /dev/null; Python exceptions raised inside still reach the user."""
+    quiet_tensorflow()
+    from tfaccel import console
+
+    with console.stderr_silenced():
+        yield
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own: the usage, then the error, exit status 2
+        fail(f"{message} (flags are --name=value; {self.prog} --help lists them)")
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A parser whose --help shows the command's docstring (its first line, then its usage) and
+    whose errors (a missing or unknown flag, a stray argument) are one line and exit status 1."""
+    first, _, rest = doc.strip().partition("\n")
+    return _Parser(
+        description=first,
+        epilog=rest.strip() or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+
+
+def fail(message: str) -> NoReturn:
+    """Ends the command with `error: <message>` on one line and exit status 1."""
+    sys.exit(f"error: {message}")
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of an exception's message."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def sibling(command: str) -> str:
+    """How the user calls another tfaccel command from where this one was called: `tfaccel-eval`
+    after `tfaccel-train`, `bin/eval` after `bin/train` (a checkout's wrappers)."""
+    invoked = sys.argv[0] if sys.argv else ""
+    wrapper = os.path.join(os.path.dirname(invoked), command)
+    if os.path.basename(os.path.dirname(os.path.abspath(invoked))) == "bin" and os.path.isfile(
+        wrapper
+    ):
+        return wrapper
+    return f"tfaccel-{command}"

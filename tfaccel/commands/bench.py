@@ -1,0 +1,111 @@
+"""Sampler throughput: the machine's limit, tfaccel's pool and the installed peers, in one run.
+
+    tfaccel-bench --game=pong --seconds=10 --json=sampler_pong.json --plot=sampler_pong.png
+
+Agent steps per second summed over all envs, after a warm-up, with the training preprocessing:
+one process stepping one env (the limit is that times the cores), the pool with random actions,
+with batched inference (one group, then two alternating), end-to-end A2C training, and the peers
+that are installed (a peer that is not is left out). The JSON's schema is in docs/results.md.
+"""
+
+import json
+import os
+import sys
+
+from tfaccel import commands
+
+
+def layouts(text: str) -> list[tuple[int, int]]:
+    """`2x8,4x16` -> [(2, 8), (4, 16)] (workers x envs per worker)."""
+    found = []
+    for value in [part for part in text.split(",") if part]:
+        try:
+            workers, per_worker = (int(part) for part in value.lower().split("x"))
+        except ValueError:
+            commands.fail(f"layout {value!r} is not WORKERSxENVS_PER_WORKER, e.g. 2x16")
+        found.append((workers, per_worker))
+    return found
+
+
+def parse_flags(argv=None):
+    parser = commands.parser(__doc__)
+    parser.add_argument("--game", default="pong", help="ale-py game id or CamelCase name")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="measured seconds per row, after a warm-up"
+    )
+    parser.add_argument("--json", default=None, help="where to write the results (JSON)")
+    parser.add_argument("--plot", default=None, help="where to draw steps/s against envs (PNG)")
+    parser.add_argument(
+        "--layouts",
+        default="1x8,2x4,2x8,2x16,2x32,4x8,4x16",
+        help="pools with random actions, WORKERSxENVS_PER_WORKER, comma-separated",
+    )
+    parser.add_argument(
+        "--inference_layouts", default="2x8,2x16,2x32,2x64", help="pools with batched inference"
+    )
+    parser.add_argument(
+        "--training_layouts", default="2x16", help="end-to-end A2C training (a2c.gin)"
+    )
+    parser.add_argument("--peer_envs", default="8,16,32", help="env counts for the peers")
+    parser.add_argument(
+        "--peers",
+        default="gymnasium_async,ale_py_vector,tf_agents_parallel",
+        help="peers to measure if installed",
+    )
+    parser.add_argument(
+        "--tf_threads", type=int, default=1, help="TensorFlow threads for inference (0: default)"
+    )
+    parser.add_argument(
+        "--worker_niceness", type=int, default=5, help="nice value of env workers with inference"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    flags = parse_flags(argv)
+    if flags.tf_threads:
+        os.environ["TF_NUM_INTRAOP_THREADS"] = str(flags.tf_threads)
+        os.environ["TF_NUM_INTEROP_THREADS"] = "1"
+    with commands.tensorflow_imported_quietly():
+        from tfaccel.bench import sampler
+
+    peers = [peer for peer in flags.peers.split(",") if peer]
+    unknown = set(peers) - set(sampler.PEERS)
+    if unknown:
+        commands.fail(f"unknown peers {sorted(unknown)}; valid: {sorted(sampler.PEERS)}")
+    try:
+        peer_envs = [int(n) for n in flags.peer_envs.split(",") if n]
+    except ValueError:
+        commands.fail(f"--peer_envs {flags.peer_envs!r} is not a list of env counts, e.g. 8,16")
+    try:
+        result = sampler.run(
+            flags.game,
+            flags.seconds,
+            layouts(flags.layouts),
+            layouts(flags.inference_layouts),
+            peer_envs,
+            peers,
+            flags.worker_niceness,
+            layouts(flags.training_layouts),
+        )
+    except ValueError as error:
+        commands.fail(commands.first_line(error))
+    result["tf_threads"] = flags.tf_threads
+    result["summary"] = sampler.summary(result)
+    for key, value in result["summary"].items():
+        print(f"{key:>40}: {value:.2f}")
+    if flags.json:
+        with open(flags.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+    if flags.plot:
+        sampler.plot(result, flags.plot)
+    return 0
+
+
+def run() -> None:
+    """The `tfaccel-bench` console script (and `bin/bench_sampler`)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
