@@ -221,3 +221,25 @@ def test_a_torso_that_cannot_take_the_observations_names_both(
     name = np.dtype(dtype).name
     with pytest.raises(ValueError, match=rf"torso {torso.__name__} does not fit .*\({name} \["):
         network_class(spec, torso=torso)
+
+
+def test_frame_offset_worked_example_and_it_is_set_once():
+    layer = networks.FrameOffset()
+    frame = tf.constant([[[[0.2], [0.6]]]])  # [B=1, H=1, W=2, C=1]
+    np.testing.assert_allclose(layer(frame).numpy().ravel(), [0.2, 0.6])  # 0 until measured
+    network = PolicyValueNetwork(SPEC, torso=lambda: networks.a3c_torso(subtract_game_mean=True))
+    offset = network.torso.layers[0]
+    assert isinstance(offset, networks.FrameOffset) and float(offset.offset.numpy()) == 0.0
+    assert networks.set_frame_offsets([network], 0.4)
+    np.testing.assert_allclose(offset(frame).numpy().ravel(), [-0.2, 0.2], atol=1e-7)
+    assert not networks.set_frame_offsets([network], 0.9)  # a resumed run keeps its own
+    assert float(offset.offset.numpy()) == pytest.approx(0.4)
+    assert offset.offset in network.non_trainable_weights  # checkpointed, never trained
+    assert not networks.set_frame_offsets([PolicyValueNetwork(SPEC)], 0.4)  # none to set
+
+
+def test_the_game_mean_is_the_newest_frames_mean_pixel():
+
+    mean = runner.mean_pixel(AtariConfig(game="pong"), seed=0, steps=20)
+    assert 0.35 < mean < 0.5  # Pong's gray background is most of the screen
+    assert runner.mean_pixel(AtariConfig(game="breakout"), seed=0, steps=20) < mean

@@ -231,6 +231,7 @@ def train_off_policy(
             optimizer=agent.optimizer, counters=counters, generator=generator,
         )  # fmt: skip
         restored = runner.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
+        runner.set_frame_offsets([agent.network, agent.target], env, seed, log)
         checkpoint_dir = os.path.join(run_dir, "checkpoints")
         if restored and checkpoint_replay:
             loaded = _restore_replays(checkpoint_dir, restored, replays)

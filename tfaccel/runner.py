@@ -113,6 +113,38 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
 
 
+def mean_pixel(env, seed: int, steps: int = 100) -> float:
+    """The mean pixel, in [0, 1], of the newest frame of `steps` observations of random play in
+    one env of `env` (a factory called with a seed); what `networks.FrameOffset` subtracts."""
+    game = env(seed)
+    rng = np.random.default_rng(seed)
+    observation, total = game.reset(), 0.0
+    try:
+        for _ in range(steps):
+            total += float(np.mean(observation[..., -1]))
+            result = game.step(int(rng.integers(game.spec.num_actions)))
+            ended = result.terminated or result.truncated
+            observation = game.reset() if ended else result.observation
+    finally:
+        if hasattr(game, "close"):
+            game.close()
+    return total / steps / 255.0
+
+
+def set_frame_offsets(models, env, seed: int, log) -> None:
+    """Measures the game's mean pixel for the networks' `FrameOffset` layers, if they have any
+    not yet set (a new run), and says so."""
+    has_offset = any(
+        isinstance(layer, networks.FrameOffset)
+        for model in models
+        for layer in getattr(getattr(model, "torso", None), "layers", [])
+    )
+    if has_offset:
+        value = mean_pixel(env, seed)
+        if networks.set_frame_offsets(models, value):
+            log.message(f"frames are offset by the game's mean pixel, {value:.4f}")
+
+
 def publish_policy(
     network, atari, root_dir: str, logs, frames: int, frame_skip: int, wall_s: float,
     eval_episodes: int, eval_epsilon: float, seed: int, **head,
@@ -475,6 +507,7 @@ def train(
             generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
         resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
+        set_frame_offsets([agent.network], env, seed, log)
         agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)
         atari = env if isinstance(env, AtariConfig) else None

@@ -703,3 +703,27 @@ def test_ppo_learns_gymnasium_cartpole(tmp_path):
     # first ~5 updates (25 to 45 seen). The last rows reach 100 to 160 (README), well above both.
     assert scores[0] < 60, scores
     assert max(scores[-3:]) >= max(80, 1.5 * scores[0]), scores
+
+
+@pytest.mark.parametrize("config, torso", [("a2c.gin", "a3c_torso"), ("dqn.gin", "nature_torso")])
+def test_the_game_mean_is_measured_once_and_resumed_and_exported(tmp_path, config, torso):
+    import tensorflow as tf
+
+    bindings = [f"--gin_file={config}", "--gin_file=smoke.gin",
+                f"--gin_bindings={torso}.subtract_game_mean = True"]  # fmt: skip
+    first = train(tmp_path, *bindings)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (line,) = [line for line in first.stdout.splitlines() if "game's mean pixel" in line]
+    measured = float(line.rsplit(" ", 1)[1])
+    assert 0.35 < measured < 0.5  # Pong
+    trainer = "train_off_policy" if config == "dqn.gin" else "train"
+    more = train(tmp_path, *bindings, f"--gin_bindings={trainer}.total_frames = 2800")
+    assert more.returncode == 0 and "game's mean pixel" not in more.stdout, more.stderr[-3000:]
+    reader = tf.train.load_checkpoint(str(tmp_path / "checkpoints"))
+    offsets = [name for name in reader.get_variable_to_shape_map() if "offset" in name]
+    assert offsets and all(
+        reader.get_tensor(n) == pytest.approx(measured, abs=1e-4) for n in offsets
+    )
+    assert len(offsets) == (2 if config == "dqn.gin" else 1)  # the target network's too
+    served = tf.saved_model.load(str(tmp_path / "policy")).signatures["serving_default"]
+    assert served(observation=tf.zeros([1, 104, 80, 4], tf.uint8))  # the export runs with it
