@@ -66,12 +66,12 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     try:
         gin.parse_config_files_and_bindings([path(f) for f in files], bindings, skip_unknown=False)
     except ValueError as error:
-        raise _with_valid_parameters(error) from None
+        raise with_valid_parameters(error) from None
     finally:
         root.removeFilter(_not_a_resource_lookup)
 
 
-def _with_valid_parameters(error: ValueError) -> ValueError:
+def with_valid_parameters(error: ValueError) -> ValueError:
     """Gin's error for a binding of a parameter that does not exist, with the configurable's
     parameters (the closest first); any other error as it is."""
     import gin

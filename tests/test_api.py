@@ -1,0 +1,56 @@
+"""The Python API: `tfaccel.train` any number of times in one process, the `Run` it returns,
+and `tfaccel.load_policy`."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tfaccel
+
+
+def test_importing_tfaccel_imports_no_tensorflow():
+    code = "import sys, tfaccel; tfaccel.__version__; print('tensorflow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
+    """A second run in the same process ended with "Attempted to modify locked Gin config"."""
+    a2c = tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "a2c"))
+    c51 = tfaccel.train(
+        "categorical_dqn.gin",
+        str(tmp_path / "c51"),
+        ["train_off_policy.num_workers = 1", "train_off_policy.envs_per_worker = 4"],
+        total_frames=1_200,
+        replay_capacity=4_000,
+        min_replay_steps=100,
+        log_interval_frames=400,
+    )
+    assert a2c.summary["env_frames"] >= 2_000 and c51.summary["env_frames"] >= 1_200
+    assert [row["env_frames"] for row in c51.metrics][-1] >= 1_200
+    assert "policy_loss" in a2c.metrics[-1] and "epsilon" in c51.metrics[-1]
+    assert "DQNConfig.num_atoms = 51" in (tmp_path / "c51" / "operative_config.gin").read_text()
+    assert "DQNConfig" not in (tmp_path / "a2c" / "operative_config.gin").read_text()
+    outputs = c51.policy(np.zeros([2, 104, 80, 4], np.uint8))
+    assert outputs["action"].shape == (2,) and outputs["probabilities"].shape == (2, 6, 51)
+    loaded = tfaccel.load_policy(str(tmp_path / "a2c" / "policy"))
+    assert loaded(np.zeros([1, 104, 80, 4], np.uint8))["logits"].shape == (1, 6)
+    scores = a2c.evaluate(episodes=1, max_agent_steps=30)
+    assert scores["lengths"] == [30] and scores["epsilon"] == 0.001
+    with pytest.raises(ValueError, match="no finished games yet"):  # 2,000 frames of Pong
+        a2c.plot(str(tmp_path / "curves.png"))
+    again = tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "a2c"))  # already done
+    assert again.summary["env_frames"] == a2c.summary["env_frames"]
+
+
+def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
+    with pytest.raises(ValueError, match=r"train has no parameter 'total_frame'; did you mean"):
+        tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "x"), total_frame=10)
+    with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found"):
+        tfaccel.train("nope.gin", str(tmp_path / "y"))
+    run = tfaccel.train(["catch_a2c.gin", "smoke.gin"], str(tmp_path / "z"))  # gin is usable
+    assert run.summary["env_frames"] >= 2_000
+    out = run.plot(str(tmp_path / "curves.png"))
+    assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,140 @@
+"""The Python API for notebooks and scripts: `tfaccel.train` runs what `tfaccel-train` runs and
+returns a `Run`; `tfaccel.load_policy` loads an exported policy.
+
+    import tfaccel
+
+    run = tfaccel.train("a2c.gin", "runs/catch", ["AtariConfig.game = 'breakout'"],
+                        total_frames=2_000_000)
+    run.summary["final_score"], run.metrics[-1]["fps"]
+    run.evaluate(episodes=3)          # the JSON of tfaccel-eval, as a dict
+    run.plot("curves.png")
+
+Gin is scoped to the call: each `train` starts from an empty configuration and leaves gin empty
+again, so any number of runs, of any algorithms, can follow each other in one process.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+
+from tfaccel import policy_client
+
+
+def load_policy(policy_dir: str):
+    """An exported policy (`RUN_DIR/policy`): `policy(observation [B, H, W, C] uint8)` returns
+    a dict of numpy outputs (`action`, and `logits`, `q_values` or `probabilities`).
+
+    Raises:
+        ValueError: the directory is missing or not a loadable tfaccel policy.
+    """
+    return policy_client.load_policy(policy_dir)[0]
+
+
+class Run:
+    """A run directory and what its training returned."""
+
+    def __init__(self, root_dir: str, summary: dict):
+        self.root_dir = root_dir
+        self.summary = summary  # the trainer's summary (final score, frames, stopped_by, ...)
+        self._policy = None
+
+    def __repr__(self) -> str:
+        return f"Run({self.root_dir!r}, {self.summary.get('env_frames', 0):,} frames)"
+
+    @property
+    def metrics(self) -> list[dict]:
+        """The rows of metrics.csv, numbers as floats (empty cells as None)."""
+        path = os.path.join(self.root_dir, "metrics.csv")
+        if not os.path.exists(path):
+            return []
+        with open(path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        return [{key: _number(value) for key, value in row.items()} for row in rows]
+
+    @property
+    def policy_dir(self) -> str:
+        return os.path.join(self.root_dir, "policy")
+
+    @property
+    def policy(self):
+        """The exported policy, loaded (see `load_policy`)."""
+        if self._policy is None:
+            self._policy = load_policy(self.policy_dir)
+        return self._policy
+
+    def evaluate(self, episodes: int = 10, epsilon: float = 0.001, **settings) -> dict:
+        """Plays full games with the exported policy (`tfaccel.evaluate.evaluate`; `settings`:
+        sample, seed, gif, mp4, max_agent_steps, ...) and returns their raw scores."""
+        from tfaccel import evaluate
+
+        return evaluate.evaluate(self.policy_dir, episodes, epsilon=epsilon, **settings)
+
+    def plot(self, out: str = "curves.png", **settings) -> str:
+        """Draws the score against frames and wall time to `out` (a PNG); returns `out`."""
+        from tfaccel import plot
+
+        plot.plot([self.root_dir], out, **settings)
+        return out
+
+
+def _number(text):
+    if text in (None, ""):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def train(
+    config: str | Sequence[str], root_dir: str, bindings: Sequence[str] = (), **overrides
+) -> Run:
+    """Trains as `tfaccel-train --gin_file=... --gin_bindings=... --root_dir=...` does (the same
+    `root_dir` resumes) and returns the `Run`.
+
+    Args:
+        config: a gin config or a list of them (bare names are tfaccel's, e.g. `"a2c.gin"`).
+        root_dir: the run directory.
+        bindings: gin bindings, e.g. `["AtariConfig.game = 'breakout'"]`.
+        **overrides: parameters of the config's trainer (`train` or `train_off_policy`), e.g.
+            `total_frames=2_000`, bound after the configs and bindings.
+
+    Raises:
+        ValueError: an unknown config, binding or parameter, or bad settings (with what is
+            valid).
+    """
+    import gin
+
+    from tfaccel import commands
+
+    with commands.tensorflow_imported_quietly():  # no C++ start-up lines in a notebook
+        from tfaccel import gin_configs, runner
+
+    files = [config] if isinstance(config, str) else list(config)
+    try:
+        with gin.unlock_config():  # a parse locks gin; the next call unlocks it here
+            gin.clear_config()
+            gin_configs.parse(files, list(bindings))
+            trainer = _trainer_name()  # overrides go to the trainer the configs chose
+            if overrides:
+                gin.clear_config()
+                extra = [f"{trainer}.{name} = {value!r}" for name, value in overrides.items()]
+                gin_configs.parse(files, [*bindings, *extra])
+        summary = runner.run(root_dir)
+    finally:
+        with gin.unlock_config():
+            gin.clear_config()
+    return Run(root_dir, summary)
+
+
+def _trainer_name() -> str:
+    """`train_off_policy` when the parsed configs say `run.trainer = @train_off_policy`."""
+    import gin
+
+    try:
+        trainer = gin.query_parameter("run.trainer")
+    except ValueError:
+        return "train"
+    return "train_off_policy" if "train_off_policy" in str(trainer) else "train"
