@@ -52,3 +52,38 @@ def test_rewind_drops_the_rows_after_the_restored_checkpoint(tmp_path):
     assert rows[-1]["loss"] == "9"
     assert resumed.rewind(1200) == 0
     assert MetricsLogger(str(tmp_path / "new"), stream=io.StringIO()).rewind(0) == 0
+
+
+def test_progress_refreshes_on_a_terminal_with_a_smoothed_rate_and_an_eta(tmp_path):
+    import io
+
+    from tfaccel.logger import Progress, clock
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert clock(3725) == "1:02:05"
+    screen = Terminal()
+    log = MetricsLogger(str(tmp_path), stream=screen)
+    now = [100.0]
+    display = Progress(log, 1_000_000, 4, 0, every=2.0, now=lambda: now[0])
+    assert not display.due()
+    now[0] = 102.0
+    assert display.due()
+    display.show(20_000, float("nan"), (0.1, 0.2, 0.7))  # 10,000 frames/s: 2,500 steps/s
+    assert "20,000/1,000,000 frames  0:00:02  2,500 steps/s (env 10% infer 20% learn 70%)" in (
+        screen.getvalue()
+    )
+    assert "score - (no game ended yet)  ETA 0:01" in screen.getvalue()  # 98 s left
+    now[0] = 104.0
+    display.show(24_000, 3.5, (0.1, 0.2, 0.7), "  replay 6,000")
+    # smoothed: 0.7 x 10,000 + 0.3 x 2,000 frames/s = 7,600 -> 1,900 steps/s
+    assert screen.getvalue().endswith(
+        "1,900 steps/s (env 10% infer 20% learn 70%)  score 3.5  replay 6,000  ETA 0:02"
+    )
+    log.end_progress()
+    assert screen.getvalue().endswith("\n")
+    piped = io.StringIO()  # not a terminal: no refresh between log rows, plain lines
+    quiet = Progress(MetricsLogger(str(tmp_path), stream=piped), 100, 4, 0, now=lambda: 1e9)
+    assert not quiet.due()

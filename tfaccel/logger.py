@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import os
 import sys
+import time
 
 import tensorflow as tf
 
@@ -91,6 +92,17 @@ class MetricsLogger:
             writer.writerows(rows)
         os.replace(temporary, self.path)
 
+    @property
+    def live(self) -> bool:
+        """Whether progress goes to a terminal (a line that rewrites itself)."""
+        return self._live
+
+    def end_progress(self) -> None:
+        """Ends a live progress line, so that what follows starts on a line of its own."""
+        if self._live:
+            self._stream.write("\n")
+            self._stream.flush()
+
     def progress(self, text: str, final: bool = False) -> None:
         """Shows `text` as the live progress line (a terminal), or as a plain line."""
         if self._live:
@@ -107,23 +119,51 @@ class MetricsLogger:
         self._stream.flush()
 
 
-def progress_line(row: dict, total_frames: int, frame_skip: int, extra: str = "") -> str:
-    """The progress display of a metrics row: frames done of the total, agent steps/s split
-    into env, inference and learning, the recent raw score and the time left.
+def clock(seconds: float) -> str:
+    """`h:mm:ss` of a duration: `clock(3725)` is `1:02:05`."""
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
-    Example: `12,000/20,000 frames  410 steps/s (env 4% infer 19% learn 76%)  score 14.2  ETA 5 min`
+
+class Progress:
+    """The progress display of a run: on a terminal it refreshes every `every` seconds, not only
+    at log rows, with the time since the start, the rate (smoothed over the last refreshes), its
+    split, the score and an h:mm ETA; elsewhere (a log file, CI) one plain line per log row.
+
+    Example: `12,000/20,000 frames  0:05:12  410 steps/s (env 4% infer 19% learn 76%)  score 14.2
+    replay 48,000  ETA 0:05`
     """
-    frames, fps = row["env_frames"], row["fps"]
-    score = row["episode_return_raw_mean"]
-    eta = max(total_frames - frames, 0) / max(fps, 1e-9)
-    return (
-        f"{frames:,}/{total_frames:,} frames  {fps / frame_skip:,.0f} steps/s "
-        f"(env {row['env_fraction']:.0%} infer {row['inference_fraction']:.0%} "
-        f"learn {row['learn_fraction']:.0%})  "
-        + (f"score {score:.1f}" if score == score else "score - (no game ended yet)")
-        + extra
-        + f"  ETA {eta / 60:.0f} min"
-    )
+
+    def __init__(self, log: MetricsLogger, total_frames: int, frame_skip: int, frames: int,
+                 every: float = 2.0, now=time.monotonic):  # fmt: skip
+        self._log, self._total, self._skip, self._every, self._now = (
+            log, total_frames, frame_skip, every, now
+        )  # fmt: skip
+        self._start = self._then = now()
+        self._frames, self._rate = frames, None
+
+    def due(self) -> bool:
+        """Whether a refresh of the terminal's line is due."""
+        return self._log.live and self._now() - self._then >= self._every
+
+    def show(self, frames: int, score: float, split: tuple, extra: str = "") -> None:
+        """Shows the line at `frames` (`split`: the fractions of time in env, inference, learning)."""
+        now = self._now()
+        if now > self._then and frames > self._frames:
+            rate = (frames - self._frames) / (now - self._then)  # frames/s since the last line
+            self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+        self._then, self._frames = now, frames
+        rate = self._rate or 0.0
+        eta = clock(max(self._total - frames, 0) / rate)[:-3] if rate else "-"
+        env, inference, learn = split
+        self._log.progress(
+            f"{frames:,}/{self._total:,} frames  {clock(now - self._start)}  "
+            f"{rate / self._skip:,.0f} steps/s (env {env:.0%} infer {inference:.0%} "
+            f"learn {learn:.0%})  "
+            + (f"score {score:.1f}" if score == score else "score - (no game ended yet)")
+            + extra
+            + f"  ETA {eta}"
+        )
 
 
 def _format(value) -> str:

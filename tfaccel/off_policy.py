@@ -29,7 +29,7 @@ from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import PoolError
-from tfaccel.logger import progress_line
+from tfaccel.logger import Progress
 from tfaccel.prefetch import Prefetcher
 from tfaccel.replay import (
     ReplayBatch,
@@ -273,6 +273,11 @@ def train_off_policy(
             return batch.index, shares, agent.prepare(batch)
 
         prefetcher = None
+        state.display = Progress(log, total_frames, frame_skip, state.frames)
+        log.message(
+            f"filling the replay: learning starts when each process holds {min_replay_steps:,} "
+            f"transitions ({pool.num_envs} envs here; {total_frames - state.frames:,} frames to go)"
+        )
         keep_progress = runner.saved_on(PoolError, lambda: save(state))
         with runner.StopRequest() as stop, contextlib.ExitStack() as cleanup, keep_progress:
             while True:
@@ -311,6 +316,8 @@ def train_off_policy(
                 state.frames = steps * frame_skip
                 if state.frames - state.last_log >= log_interval_frames:
                     _log(log, state, sampler, stored, dqn.epsilon(algorithm, steps), total_frames)
+                elif state.display.due():
+                    _show(state, sampler, stored)
                 if state.frames - state.last_save >= checkpoint_interval_frames:
                     save(state)
         if state.frames > state.last_log:
@@ -318,6 +325,7 @@ def train_off_policy(
             _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon, total_frames)
         if state.frames > state.last_save:  # not saved already at this count
             save(state)
+        log.end_progress()
         if stop.signal_name:
             log.message(
                 f"stopped by {stop.signal_name} at {state.frames:,} frames; checkpoint saved: "
@@ -348,6 +356,7 @@ class _LoopState:
         self.synced = self.base_steps // target_update_period  # periods synced so far
         self.metrics: dict = {}
         self.beta = 1.0
+        self.display = None  # the progress line (`logger.Progress`), set when the loop starts
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -498,5 +507,13 @@ def _log(log, state, sampler, stored: int, epsilon: float, total_frames: int) ->
         **state.metrics,
     }
     log.write(row)
-    log.progress(progress_line(row, total_frames, state.frame_skip, f"  replay {stored:,}"))
+    _show(state, sampler, stored)
     state.last_log, state.last_time = state.frames, now
+
+
+def _show(state, sampler, stored: int) -> None:
+    elapsed = max(state.elapsed(), 1e-9)
+    split = (sampler.seconds["env"], sampler.seconds["inference"], state.learn_seconds)
+    score = float(np.mean(state.recent)) if state.recent else float("nan")
+    split = tuple(part / elapsed for part in split)
+    state.display.show(state.frames, score, split, f"  replay {stored:,}")

@@ -30,7 +30,7 @@ from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.gymnasium_env import GymnasiumConfig
 from tfaccel.envs.pool import EnvPool, PoolError, SerialPool
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig
-from tfaccel.logger import MetricsLogger, progress_line
+from tfaccel.logger import MetricsLogger, Progress
 from tfaccel.sampler import OnPolicySampler, compile_act
 from tfaccel.types import Rollout
 
@@ -568,6 +568,12 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
             "stopped_by": None,
         }
 
+    display = Progress(log, total_frames, frame_skip, frames)
+    log.message(
+        f"training on {sampler.pool.num_envs} envs, {total_frames - frames:,} frames to go "
+        f"(from {frames:,}); learning from the first rollout"
+    )
+
     def save_now() -> None:
         counters.agent_steps.assign(frames // frame_skip)
         counters.wall_seconds.assign(base_wall + time.perf_counter() - start)
@@ -592,7 +598,8 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
             watch.check(metrics, frames)
             out_of_time = max_wall_seconds and time.perf_counter() - start >= max_wall_seconds
             done = team.stop(frames >= total_frames or stop.signal_name is not None or out_of_time)
-            if frames - last["log"] >= log_every or done:
+            logged = frames - last["log"] >= log_every or done
+            if logged:
                 now = time.perf_counter()
                 fps = (steps - last["steps"]) * frame_skip / max(now - last["time"], 1e-9)
                 elapsed = now - start
@@ -611,12 +618,17 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
                     **metrics,
                 }
                 log.write(row)
-                log.progress(progress_line(row, total_frames, frame_skip))
                 last.update(log=frames, time=now, steps=steps)
+            if logged or display.due():
+                elapsed = time.perf_counter() - start
+                split = (sampler.seconds["env"], sampler.seconds["inference"], learn_seconds)
+                score = float(np.mean(recent)) if recent else float("nan")
+                display.show(frames, score, tuple(part / elapsed for part in split))
             if frames - last["save"] >= save_every or done:
                 save_now()
             if done:
                 break
+    log.end_progress()
     if stop.signal_name:
         log.message(
             f"stopped by {stop.signal_name} at {frames:,} frames; checkpoint saved: run the same command to resume"
