@@ -170,14 +170,16 @@ class CenterFrames(keras.layers.Layer):
 
 
 class FrameOffset(keras.layers.Layer):
-    """Subtracts one number from every pixel: the game's mean pixel, measured once at the start
-    of a run (`set_frame_offsets`; 0 until then), kept in checkpoints and exports.
+    """Subtracts one number from every pixel: the game's background (its most common pixel
+    value), measured once at the start of a run (`set_frame_offsets`; 0 until then), kept in
+    checkpoints and exports.
 
-    Why: a game's background is most of its screen. Frames in [0, 1] on a gray background (Pong:
-    about 0.34) give each first-layer filter a gradient dominated by that constant, so under
-    Adam its weights move together; a black one (Breakout) does not. Subtracting the game's
-    mean takes the constant out and, unlike `CenterFrames`, leaves every frame of a game shifted
-    alike (`CenterFrames` shifts a Breakout frame whenever a brick goes).
+    Why: a game's background is most of its screen. On a black one (Breakout, Space Invaders,
+    Q*bert, BeamRider) frames in [0, 1] are 0 but for the objects, and A2C learns at once. On a
+    gray one (Pong: 0.34) each first-layer filter's gradient is dominated by that constant, and
+    A2C stayed flat for millions of frames. Shifting a black background below 0 (each frame's
+    mean, `CenterFrames`, or the game's mean pixel) left A2C's critic constant on Breakout.
+    Subtracting the background makes it 0 in every game: black games are unchanged.
 
     Example: with offset 0.4, a 1x2 frame [0.2, 0.6] becomes [-0.2, 0.2].
     """
@@ -189,21 +191,21 @@ class FrameOffset(keras.layers.Layer):
         return x - tf.cast(self.offset, x.dtype)
 
 
-def set_frame_offsets(models, mean_pixel: float) -> bool:
-    """Sets the `FrameOffset` of each model's torso to `mean_pixel` (in [0, 1]) where it is
-    still 0 (a new run; a resumed one keeps its own). True if any was set."""
+def set_frame_offsets(models, pixel: float) -> bool:
+    """Sets the `FrameOffset` of each model's torso to `pixel` (in [0, 1]) where it is still 0
+    (a new run; a resumed one keeps its own). True if any was set."""
     done = False
     for model in models:
         for layer in getattr(getattr(model, "torso", None), "layers", []):
             if isinstance(layer, FrameOffset) and float(layer.offset.numpy()) == 0.0:
-                layer.offset.assign(mean_pixel)
+                layer.offset.assign(pixel)
                 done = True
     return done
 
 
-def _first_layers(center_frames: bool, subtract_game_mean: bool = False) -> list:
+def _first_layers(center_frames: bool, subtract_background: bool = False) -> list:
     layers = [CenterFrames(name="center_frames")] if center_frames else []
-    return layers + ([FrameOffset(name="frame_offset")] if subtract_game_mean else [])
+    return layers + ([FrameOffset(name="frame_offset")] if subtract_background else [])
 
 
 # The gain of orthogonal initialization before a ReLU (Saxe et al., 2014; the value OpenAI
@@ -235,7 +237,7 @@ def _relu_layers(specs, orthogonal_init: bool) -> list[keras.layers.Layer]:
 
 
 def a3c_torso(
-    center_frames: bool = False, orthogonal_init: bool = False, subtract_game_mean: bool = False
+    center_frames: bool = False, orthogonal_init: bool = False, subtract_background: bool = False
 ) -> list:
     """New layers of the A3C torso (each call builds fresh ones: the DQN learner calls it twice,
     for the network and its target). A torso maps floats in [0, 1], [B, H, W, C], to features
@@ -246,20 +248,20 @@ def a3c_torso(
             (`CenterFrames`; off in the papers, which feed frames in [0, 1]).
         orthogonal_init: orthogonal kernels with gain sqrt(2) (OpenAI baselines, CleanRL), in
             place of Keras's Glorot uniform (the papers do not say theirs).
-        subtract_game_mean: subtract the game's mean pixel, measured at the run's start
-            (`FrameOffset`; not in the papers).
+        subtract_background: subtract the game's background pixel, measured at the run's
+            start (`FrameOffset`; not in the papers).
     """
     specs = [("conv1", 16, 8, 4), ("conv2", 32, 4, 2), ("fc", 256)]
-    layers = _first_layers(center_frames, subtract_game_mean)
+    layers = _first_layers(center_frames, subtract_background)
     return layers + _relu_layers(specs, orthogonal_init)
 
 
 def nature_torso(
-    center_frames: bool = False, orthogonal_init: bool = False, subtract_game_mean: bool = False
+    center_frames: bool = False, orthogonal_init: bool = False, subtract_background: bool = False
 ) -> list:
     """New layers of the Nature DQN torso (the contract and the options of `a3c_torso`)."""
     specs = [("conv1", 32, 8, 4), ("conv2", 64, 4, 2), ("conv3", 64, 3, 1), ("fc", 512)]
-    layers = _first_layers(center_frames, subtract_game_mean)
+    layers = _first_layers(center_frames, subtract_background)
     return layers + _relu_layers(specs, orthogonal_init)
 
 

@@ -113,26 +113,27 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
 
 
-def mean_pixel(env, seed: int, steps: int = 100) -> float:
-    """The mean pixel, in [0, 1], of the newest frame of `steps` observations of random play in
-    one env of `env` (a factory called with a seed); what `networks.FrameOffset` subtracts."""
+def background_pixel(env, seed: int, steps: int = 100) -> float:
+    """The most common pixel value, in [0, 1], of the newest frame of `steps` observations of
+    random play in one env of `env` (a factory called with a seed): the game's background,
+    which `networks.FrameOffset` subtracts (0 for a black one)."""
     game = env(seed)
     rng = np.random.default_rng(seed)
-    observation, total = game.reset(), 0.0
+    observation, counts = game.reset(), np.zeros(256, np.int64)
     try:
         for _ in range(steps):
-            total += float(np.mean(observation[..., -1]))
+            counts += np.bincount(np.asarray(observation[..., -1]).ravel(), minlength=256)
             result = game.step(int(rng.integers(game.spec.num_actions)))
             ended = result.terminated or result.truncated
             observation = game.reset() if ended else result.observation
     finally:
         if hasattr(game, "close"):
             game.close()
-    return total / steps / 255.0
+    return float(np.argmax(counts)) / 255.0
 
 
 def set_frame_offsets(models, env, seed: int, log) -> None:
-    """Measures the game's mean pixel for the networks' `FrameOffset` layers, if they have any
+    """Measures the game's background for the networks' `FrameOffset` layers, if they have any
     not yet set (a new run), and says so."""
     has_offset = any(
         isinstance(layer, networks.FrameOffset)
@@ -140,9 +141,9 @@ def set_frame_offsets(models, env, seed: int, log) -> None:
         for layer in getattr(getattr(model, "torso", None), "layers", [])
     )
     if has_offset:
-        value = mean_pixel(env, seed)
+        value = background_pixel(env, seed)
         if networks.set_frame_offsets(models, value):
-            log.message(f"frames are offset by the game's mean pixel, {value:.4f}")
+            log.message(f"frames are offset by the game's background pixel, {value:.4f}")
 
 
 def publish_policy(
