@@ -7,7 +7,7 @@ ROOT_DIR ?= runs/categorical_dqn_pong
 CONFIG ?= categorical_dqn.gin
 SECONDS ?= 10
 
-.PHONY: train test lint bench venv clean
+.PHONY: train test test-all lint bench venv clean
 
 venv: $(STAMP)
 
@@ -26,9 +26,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check tfaccel bin tests benchmarks
 	$(VENV)/bin/ruff format --check tfaccel bin tests benchmarks
 
-# The tests in TEST_WORKERS processes (pytest-xdist), then the few marked serial alone.
+# The fast tier (unit tests and one smoke run per family, a few minutes) in TEST_WORKERS
+# processes (pytest-xdist), then the few marked serial alone. tests/conftest.py says which.
 TEST_WORKERS ?= 2
 test: $(STAMP) lint
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not serial and not full"
+	$(PY) -m pytest -q -m "serial and not slow and not full"
+
+# Everything (what CI runs): the integration tests, the docs' examples, the notebooks and the
+# wheel's quick start in a clean virtual environment too.
+test-all: $(STAMP) lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not serial"
 	$(PY) -m pytest -q -m "serial and not slow"
 

@@ -262,6 +262,38 @@ def _note_changed_settings(config_path: str, config: str, frames: int, log) -> N
         )
 
 
+# The settings that decide which variables a run's checkpoint holds: a run directory resumed
+# with other values would fail to restore with a tensor-shape error deep in TensorFlow.
+IDENTITY = (
+    "run.trainer", "train.loss_fn", "train.torso", "train_off_policy.torso",
+    "train_off_policy.dueling", "DQNConfig.num_atoms",
+)  # fmt: skip
+
+
+def check_same_algorithm(run_dir: str, config: str) -> None:
+    """Raises a one-line ValueError when `run_dir` holds a run whose operative config differs
+    from `config` in what decides its variables (`IDENTITY`: another algorithm or network)."""
+    path = os.path.join(run_dir, "operative_config.gin")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as handle:
+            before = gin_settings(handle.read())
+    except (SyntaxError, ValueError, tokenize.TokenError):
+        return  # unreadable: the restore and the settings warning say what they can
+    after = gin_settings(config)
+
+    def described(settings):
+        return ", ".join(f"{name} = {settings[name]}" for name in IDENTITY if name in settings)
+
+    if any(str(before.get(name)) != str(after.get(name)) for name in IDENTITY):
+        raise ValueError(
+            f"{run_dir} holds a run of another algorithm or network ({described(before)}) than "
+            f"this command's ({described(after)}): give a new --root_dir, or resume it with the "
+            f"configs it was started with (its settings: {path})"
+        )
+
+
 def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
     """Restores the latest checkpoint (if any; returns its path), writes the run's
     `operative_config.gin`, and rewinds metrics.csv and eval.csv to the restored frames, so the
@@ -271,12 +303,13 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
     rate, or a network option that adds no variable, which the checkpoint cannot tell) goes on
     with the new ones, after a warning naming each change; the previous operative config is
     kept as `operative_config.<frames>.gin`."""
+    config = gin.operative_config_str() + getattr(team, "operative_config", "")
+    check_same_algorithm(run_dir, config)
     tick = time.perf_counter()
     restored = saver.restore()
     restore_seconds = time.perf_counter() - tick
     frames = int(counters.agent_steps) * frame_skip
     config_path = os.path.join(run_dir, "operative_config.gin")
-    config = gin.operative_config_str() + getattr(team, "operative_config", "")
     if restored and os.path.exists(config_path):
         _note_changed_settings(config_path, config, frames, logs[0])
     with open(config_path, "w") as handle:

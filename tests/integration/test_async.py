@@ -23,6 +23,7 @@ def updates(checkpoints) -> int:
     )
 
 
+@pytest.mark.fast
 def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
     first = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
                   "--gin_bindings=train.total_frames = 1000")  # fmt: skip

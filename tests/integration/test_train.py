@@ -50,6 +50,7 @@ def logged_frames(root_dir) -> int:
         return 0
 
 
+@pytest.mark.fast
 def test_smoke_run_writes_every_artifact(tmp_path):
     result = train(tmp_path, *SMOKE, "--gin_bindings=train.eval_episodes = 1")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -415,7 +416,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, tra
 @pytest.mark.parametrize(
     "config, columns",
     [
-        ("ppo.gin", {"approx_kl", "clip_fraction"}),
+        pytest.param("ppo.gin", {"approx_kl", "clip_fraction"}, marks=pytest.mark.fast),
         ("reference/a2c_stooke2018_256envs.gin", {"policy_loss", "entropy"}),
         ("a2c_bf16.gin", {"policy_loss", "entropy"}),
     ],
@@ -476,7 +477,7 @@ def test_warmup_frames_raise_the_rate_linearly_then_hold_it(tmp_path):
     "config, head",
     [
         ("dqn.gin", "q_values"),
-        ("categorical_dqn.gin", "probabilities"),
+        pytest.param("categorical_dqn.gin", "probabilities", marks=pytest.mark.fast),
         ("rainbow.gin", "probabilities"),
         ("reference/dqn_nature2015.gin", "q_values"),
         ("reference/c51_dopamine.gin", "probabilities"),
@@ -727,3 +728,17 @@ def test_the_background_is_measured_once_and_resumed_and_exported(tmp_path, conf
     assert len(offsets) == (2 if config == "dqn.gin" else 1)  # the target network's too
     served = tf.saved_model.load(str(tmp_path / "policy")).signatures["serving_default"]
     assert served(observation=tf.zeros([1, 104, 80, 4], tf.uint8))  # the export runs with it
+
+
+def test_resuming_with_another_algorithm_is_one_line_naming_both(tmp_path):
+    """It ended with a tensor-shape error from deep inside the checkpoint's restore."""
+    first = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin")
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = train(tmp_path, "--gin_file=catch_dqn.gin", "--gin_file=smoke.gin")
+    assert other.returncode == 1 and "Traceback" not in other.stderr
+    (line,) = other.stderr.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path} holds a run of another algorithm or network")
+    assert "train.loss_fn = @a2c_loss" in line and "run.trainer = @train_off_policy" in line
+    same = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin",
+                 "--gin_bindings=train.total_frames = 2800")  # fmt: skip
+    assert same.returncode == 0, same.stderr[-3000:]

@@ -1,0 +1,40 @@
+"""What every test shares: gin and Keras's precision start and end clean, and the two tiers.
+
+`make test` runs the fast tier: the unit tests (tests/*.py, algorithms/, envs/) and one smoke
+run per family from the integration tests (those marked `fast`), in a few minutes. `make
+test-all` (CI) runs everything: the other integration tests, the docs' examples and the
+notebooks (marked `full` here, by where they are) and the packaging check.
+"""
+
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FULL_ONLY = ("tests/integration/", "tests/test_docs.py", "tests/test_notebooks.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = os.path.relpath(str(item.path), ROOT)
+        if where.startswith(FULL_ONLY) and item.get_closest_marker("fast") is None:
+            item.add_marker(pytest.mark.full)
+
+
+@pytest.fixture(autouse=True)
+def clean_gin_and_precision():
+    """Each test starts with an empty, unlocked gin config and float32 networks, and leaves
+    them so (a test that parses configs or sets a precision cannot leak into the next)."""
+    import gin
+
+    def clear():
+        with gin.unlock_config():
+            gin.clear_config()
+
+    clear()
+    yield
+    clear()
+    if "keras" in __import__("sys").modules:
+        import keras
+
+        keras.mixed_precision.set_global_policy("float32")
