@@ -355,8 +355,13 @@ class Learner:
 
     @property
     def learning_rate(self) -> float:
-        """The optimizer's current learning rate (a constant one is a mirrored variable under
-        several replicas, which `float` cannot take)."""
+        """The learning rate of the last SGD step taken (of the next one before any): a
+        schedule's value one step back, or the constant (a mirrored variable under several
+        replicas, which `float` cannot take)."""
+        schedule = getattr(self.optimizer, "_learning_rate", None)
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            step = max(int(self.optimizer.iterations.numpy()) - 1, 0)
+            return float(keras.ops.convert_to_numpy(schedule(step)))
         return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
 
 

@@ -503,8 +503,8 @@ def train(
         steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
         decay = (
             learner.linear_decay(
-                learning_rate, total_frames // frames_per_rollout * steps_per_rollout
-            )
+                learning_rate, -(-total_frames // frames_per_rollout) * steps_per_rollout
+            )  # over every rollout the run takes, the last one part-way too
             if decay_learning_rate
             else None
         )

@@ -466,7 +466,7 @@ def test_warmup_frames_raise_the_rate_linearly_then_hold_it(tmp_path):
     # One update per rollout of a group: 2 envs x 5 steps x frame skip 4 = 40 frames; the
     # warm-up is 1,200 / 40 = 30 updates, and a row shows the rate of the update after it.
     first = int(table[0]["env_frames"])
-    expected = 7e-4 * (first // 40 + 1) / 30
+    expected = 7e-4 * (first // 40) / 30  # the rate of the last step taken
     assert float(table[0]["learning_rate"]) == pytest.approx(expected, rel=1e-5)  # 6 digits
     assert float(table[-1]["learning_rate"]) == pytest.approx(7e-4)
     rates = [float(row["learning_rate"]) for row in table]
@@ -742,3 +742,14 @@ def test_resuming_with_another_algorithm_is_one_line_naming_both(tmp_path):
     same = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin",
                  "--gin_bindings=train.total_frames = 2800")  # fmt: skip
     assert same.returncode == 0, same.stderr[-3000:]
+
+
+def test_a_ppo_smoke_run_updates_at_a_rate_above_zero(tmp_path):
+    """smoke.gin's 2,000 frames are less than one PPO rollout (8 envs x 128 steps x 4 frames):
+    the decay spanned 0 rollouts, and the run's only update took its steps at rate 0."""
+    result = train(tmp_path, "--gin_file=ppo.gin", "--gin_file=smoke.gin")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rates = [float(row["learning_rate"]) for row in rows(tmp_path) if row.get("learning_rate")]
+    # Rollouts of 2 envs x 128 steps x 4 frames = 1,024 frames: the decay spans the 2 rollouts
+    # the run could take (32 SGD steps); it took one, its last step (15) at 2.5e-4 x 17 / 32.
+    assert rates and rates[-1] == pytest.approx(2.5e-4 * 17 / 32, rel=1e-3)
