@@ -46,9 +46,12 @@ def build_network(run_dir: str, spec: EnvSpec):
     off_policy = binding("run.trainer", "") == "@train_off_policy"
     trainer = "train_off_policy" if off_policy else "train"
     torso_name = binding(f"{trainer}.torso", "@a3c_torso").lstrip("@")
-    center = binding(f"{torso_name}.center_frames", "False") == "True"
-    torso = functools.partial(TORSOS[torso_name], center_frames=center)
-    if not off_policy:  # (initializers do not matter: the checkpoint's weights replace them)
+    options = {
+        option: binding(f"{torso_name}.{option}", "False") == "True"
+        for option in ("center_frames", "subtract_background")
+    }  # the layers the checkpoint holds (initializers do not matter: its weights replace them)
+    torso = functools.partial(TORSOS[torso_name], **options)
+    if not off_policy:
         return networks.PolicyValueNetwork(spec, torso=torso)
     dueling = binding("train_off_policy.dueling", "False") == "True"
     atoms = int(binding("DQNConfig.num_atoms", "1"))

@@ -38,6 +38,23 @@ def test_dead_network_watch_reads_q_std_and_ignores_losses_without_a_spread():
     assert len(log.messages) == 1 and "since 300 frames" in log.messages[0]
 
 
+def test_dead_network_watch_warns_once_about_a_nearly_flat_output_for_a_million_frames():
+    """A2C's critic on Breakout with centered frames: a spread of ~0.005 for 10M frames, above
+    the dead threshold, and the run never learned; it said nothing."""
+    log = Log()
+    watch = runner.DeadNetworkWatch(log)
+    for frames in range(0, 900_000, 10_000):
+        watch.check({"value_std": 0.005}, frames)
+    watch.check({"value_std": 0.3}, 900_000)  # a live batch: the count starts again
+    for frames in range(910_000, 1_900_000, 10_000):
+        watch.check({"value_std": 0.005}, frames)
+    assert log.messages == []
+    for frames in range(1_900_000, 3_000_000, 10_000):
+        watch.check({"value_std": 0.005}, frames)
+    assert len(log.messages) == 1 and watch.warned_weak and not watch.warned
+    assert "hardly depended on its input since 910,000 frames" in log.messages[0]
+
+
 BEFORE = """
 # Parameters for nature_torso:
 nature_torso.center_frames = False

@@ -375,24 +375,46 @@ class NonFiniteGuard:
 
 
 class DeadNetworkWatch:
-    """Warns once when the network's output stops depending on its input: the spread over an
-    update's batch (`value_std` of the A2C and PPO losses, `q_std` of the DQN loss) below
-    `SPREAD` for `patience` updates in a row. That is a network whose ReLU units of some layer
-    are negative on every input (seen on Pong in A3C runs: every unit of the first convolution):
-    no gradient reaches them again, so the run no longer learns, and resuming it continues the
-    dead network. A live network's spread over distinct observations is far above `SPREAD`."""
+    """Warns when the network's output stops depending on its input, from the spread over an
+    update's batch (`value_std` of the A2C and PPO losses, `q_std` of the DQN loss):
+
+    - dead: below `SPREAD` for `patience` updates in a row. The ReLU units of some layer are
+      negative on every input (seen on Pong in A3C runs: every unit of the first convolution):
+      no gradient reaches them again, so the run no longer learns, and resuming continues it.
+    - nearly flat: below `WEAK` for `weak_frames` env frames in a row. A2C's critic on Breakout
+      with centered frames stayed at a spread of about 0.005 (explained variance 0) for 10M
+      frames and never learned; on Pong without an offset, where most first-layer channels died,
+      it stayed under 0.02 for the first million frames. A learning critic's spread passes 0.1
+      within a few hundred thousand frames (docs/notes/first-layers.md).
+    """
 
     KEYS = ("value_std", "q_std")
     SPREAD = 1e-6
+    WEAK = 0.01
 
-    def __init__(self, log, patience: int = 50):
-        self._log, self._patience = log, patience
-        self._run, self._since = 0, 0
-        self.warned = False
+    def __init__(self, log, patience: int = 50, weak_frames: int = 1_000_000):
+        self._log, self._patience, self._weak_frames = log, patience, weak_frames
+        self._run, self._since, self._weak_since = 0, 0, None
+        self.warned = self.warned_weak = False
 
     def check(self, metrics: dict, frames: int) -> None:
         spread = next((metrics[key] for key in self.KEYS if key in metrics), None)
-        if spread is None or self.warned:
+        if spread is None:
+            return
+        self._weak_since = (self._weak_since or frames) if spread < self.WEAK else None
+        if (
+            not self.warned_weak
+            and self._weak_since is not None
+            and frames - self._weak_since >= self._weak_frames
+        ):
+            self.warned_weak = True
+            self._log.message(
+                f"warning: the network's output has hardly depended on its input since "
+                f"{self._weak_since:,} frames (a spread under {self.WEAK} over each batch): its "
+                "first layers may be dead or saturated, and it may not learn; see "
+                "docs/notes/first-layers.md"
+            )
+        if self.warned:
             return
         self._since = self._since if self._run else frames
         self._run = self._run + 1 if spread < self.SPREAD else 0
