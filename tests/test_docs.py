@@ -7,8 +7,11 @@ Fenced blocks are read by their info string:
 - ```<lang> file=NAME: a file the examples need. It is written as NAME into the directory of
   every script of the same page before the script runs.
 - ```python norun: a fragment, shown only.
+- ```python tf_agents: a script like the first kind that needs the tf_agents extra (skipped
+  without it).
 """
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -17,7 +20,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ("docs/extending.md", "docs/architecture.md")
+DOCS = ("docs/extending.md", "docs/architecture.md", "docs/tf_agents.md")
 FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 SCORE = re.compile(r"final score (-?\d+(?:\.\d+)?)")
 # Both toy tasks score about 0 (corridor) or -0.6 (Catch) with random actions and 1 at best; the
@@ -25,8 +28,8 @@ SCORE = re.compile(r"final score (-?\d+(?:\.\d+)?)")
 LEARNED = 0.5
 
 
-def blocks(page: str) -> tuple[dict[str, str], list[tuple[int, str]]]:
-    """The files (name -> text) and the scripts (line, code) of a page, in order."""
+def blocks(page: str) -> tuple[dict[str, str], list[tuple[int, str, bool]]]:
+    """The files (name -> text) and the scripts (line, code, needs tf-agents) of a page."""
     with open(os.path.join(ROOT, page)) as handle:
         text = handle.read()
     files, scripts = {}, []
@@ -36,7 +39,7 @@ def blocks(page: str) -> tuple[dict[str, str], list[tuple[int, str]]]:
         if names:
             files[names[0]] = code
         elif language == "python" and "norun" not in info:
-            scripts.append((text.count("\n", 0, match.start()) + 1, code))
+            scripts.append((text.count("\n", 0, match.start()) + 1, code, "tf_agents" in info))
     return files, scripts
 
 
@@ -47,8 +50,13 @@ def examples() -> list:
         if os.path.exists(os.path.join(ROOT, page)):
             files, scripts = blocks(page)
             params += [
-                pytest.param(files, code, id=f"{os.path.basename(page)}:{line}")
-                for line, code in scripts
+                pytest.param(
+                    files,
+                    code,
+                    id=f"{os.path.basename(page)}:{line}",
+                    marks=[pytest.mark.tf_agents] if needs_tf_agents else [],
+                )
+                for line, code, needs_tf_agents in scripts
             ]
     return params
 
@@ -74,7 +82,10 @@ def test_pages_have_examples():
 
 
 @pytest.mark.parametrize("files, code", examples())
-def test_example_runs_and_learns(tmp_path, files, code):
+def test_example_runs_and_learns(tmp_path, files, code, request):
+    if request.node.get_closest_marker("tf_agents"):
+        if importlib.util.find_spec("tf_agents") is None:
+            pytest.skip("needs the tfaccel[tf_agents] extra")
     write_files(tmp_path, files)
     (tmp_path / "example.py").write_text(code)
     result = subprocess.run(
