@@ -283,3 +283,20 @@ def test_a_policy_of_vector_observations_takes_them_as_they_are(tmp_path):
     np.testing.assert_array_equal(policy(observation)["action"], expected)
     with pytest.raises(ValueError, match=r"observation must be float32 \[B, 3\]"):
         policy(observation.astype(np.uint8))
+
+
+def test_the_policy_file_says_in_words_how_observations_are_made(tmp_path):
+    """A client in another language needs the grayscale source, the resize kernel and its
+    rounding, which frames are max-pooled, the stack order and its zero fill."""
+    from tfaccel.envs.atari import AtariConfig
+
+    description = AtariConfig(game="pong").describe()
+    pipeline = description["pipeline"]
+    assert description["screen"] == [210, 160]
+    assert "getScreenGrayscale" in pipeline["grayscale"]
+    assert (
+        "(a + b + c + d + 2) // 4" in pipeline["resize"] and "floor(x + 0.5)" in pipeline["resize"]
+    )
+    assert "last two frames of the skip" in pipeline["max_pool"]
+    assert "oldest first" in pipeline["stack"] and "zeros" in pipeline["stack"]
+    assert {"reset", "crop", "frame_skip", "sticky_actions", "scaling"} <= set(pipeline)

@@ -55,6 +55,27 @@ def canonical_game(name: str) -> str:
     raise ValueError(f"unknown Atari game {name!r}; {hint} ({len(valid)} games ship with ale-py)")
 
 
+# How an observation is made, in words (tfaccel_policy.json's `preprocessing.pipeline`); the
+# settings named here are the other entries of `preprocessing`.
+PIPELINE = {
+    "grayscale": "ALE's getScreenGrayscale(): uint8 luminance of the emulator's palette, "
+    "screen [210, 160]",
+    "frame_skip": "each action is repeated for frame_skip emulator frames; the rewards add up",
+    "max_pool": "if max_pool, the element-wise max of the screens after the last two frames of "
+    "the skip; else the last screen; when the game ends inside the skip, its last screen alone",
+    "crop": "rows crop_top .. 210 - crop_bottom - 1 of the screen, all 160 columns",
+    "resize": "area average to height x width: an exact halving takes (a + b + c + d + 2) // 4 "
+    "of each 2x2 block in integers; any other size averages the input area each output pixel "
+    "covers (partly covered pixels weighted by their share) and rounds half up, floor(x + 0.5)",
+    "stack": "the last `stack` frames on the last axis, oldest first; at the start of an "
+    "episode (a new game, or after a lost life when episodic_life) the older slots are zeros",
+    "reset": "a new game starts with 1..noop_max NOOP emulator frames (uniform; 0: none); if "
+    "fire_on_reset, FIRE is pressed once at an episode's start",
+    "sticky_actions": "ALE's repeat_action_probability = sticky_action_prob",
+    "scaling": "the SavedModel takes the uint8 stack as it is and scales it inside",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class AtariConfig:
     """How to build and preprocess one game; picklable, and called with a seed it makes an env.
@@ -136,8 +157,15 @@ class AtariConfig:
         return ArraySpec((self.height, self.width, self.stack), np.dtype(np.uint8))
 
     def describe(self) -> dict:
-        """Everything a client needs to reproduce the observations, for tfaccel_policy.json."""
-        return dict(dataclasses.asdict(self), action_names=AtariEnv(self, seed=0).action_names)
+        """Everything a client needs to reproduce the observations, for tfaccel_policy.json:
+        the settings, the action names, and `pipeline`, the steps in words, for a client in
+        another language."""
+        return dict(
+            dataclasses.asdict(self),
+            action_names=AtariEnv(self, seed=0).action_names,
+            screen=[SCREEN_HEIGHT, SCREEN_WIDTH],
+            pipeline=PIPELINE,
+        )
 
     def __call__(self, seed: int) -> AtariEnv:
         return AtariEnv(self, seed)
