@@ -502,6 +502,7 @@ def _log(log, state, sampler, stored: int, epsilon: float, total_frames: int) ->
         "inference_fraction": sampler.seconds["inference"] / elapsed,
         "learn_fraction": state.learn_seconds / elapsed,
         "worker_restarts": sampler.pool.restarts,
+        "peak_rss_mib": runner.peak_rss_mib(),
         "replay_wait_fraction": state.wait_seconds / max(state.learn_seconds, 1e-9),
         "priority_beta": state.beta,
         **state.metrics,

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import time
 import tokenize
 
@@ -111,6 +112,15 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     if warning := networks.precision_warning():
         log.message(f"warning: {warning}")
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+
+
+def peak_rss_mib() -> float:
+    """The trainer process's peak resident memory so far, in MiB (its replay, networks and
+    TensorFlow; env workers are processes of their own)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
 def background_pixel(env, seed: int, steps: int = 100) -> float:
@@ -671,6 +681,7 @@ def _loop(sampler, agent, counters, save, log, frame_skip, limits, team, guard):
                     "inference_fraction": sampler.seconds["inference"] / elapsed,
                     "learn_fraction": learn_seconds / elapsed,
                     "worker_restarts": sampler.pool.restarts,
+                    "peak_rss_mib": peak_rss_mib(),
                     **metrics,
                 }
                 log.write(row)

@@ -60,6 +60,7 @@ def test_smoke_run_writes_every_artifact(tmp_path):
     assert f"bin/plot --run_dir={tmp_path}" in summary[4]  # a command of this checkout
     assert f"bin/eval --policy_dir={tmp_path}/policy" in summary[3]
     table = rows(tmp_path)
+    assert 100 < float(table[-1]["peak_rss_mib"]) < 8_000  # the trainer's, in MiB
     for column in (
         "env_frames",
         "agent_steps",
@@ -382,8 +383,8 @@ def test_learns_catch_in_seconds(tmp_path, args):
         assert ("warning: mixed_bfloat16" in result.stdout) == slow, result.stdout[-2000:]
 
 
-# Columns of metrics.csv that measure time, not learning: they differ between any two runs.
-TIMING = {"wall_s", "fps", "replay_wait_fraction"} | {
+# Columns of metrics.csv that measure time or memory, not learning: they differ between runs.
+TIMING = {"wall_s", "fps", "replay_wait_fraction", "peak_rss_mib"} | {
     f"{part}_fraction" for part in ("env", "inference", "learn")
 }
 
