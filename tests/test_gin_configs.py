@@ -64,3 +64,15 @@ def test_an_unknown_parameter_is_named_with_the_valid_ones(binding, message):
             gin_configs.parse(["dqn.gin"], [binding])
     finally:
         gin.clear_config()
+
+
+def test_a_package_named_like_a_config_folder_does_not_break_includes(tmp_path, monkeypatch):
+    """Gin looks each include up as a Python package first: with a folder `reference/` on the
+    path (benchmarks/ has one), `include 'reference/x.gin'` failed with a TypeError."""
+    for folder in ("reference", "toy", "distribute"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("categorical_dqn.gin", "catch_a3c.gin", "rainbow.gin"):
+        gin.clear_config()
+        gin_configs.parse([name])
+    gin.clear_config()

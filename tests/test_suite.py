@@ -1,0 +1,76 @@
+"""benchmarks/suite.py: the grid's order, what counts as done, the verdict rules and the summary
+of fabricated run directories against the published references."""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import suite  # noqa: E402
+
+
+def test_verdicts_follow_the_rules():
+    ranged = {"mean": 47.1, "low": 43.6, "high": 49.6}
+    assert suite.verdict(50.0, ranged) == "ahead"  # above the mean
+    assert suite.verdict(44.0, ranged) == "level"  # within the seeds' range
+    assert suite.verdict(43.0, ranged) == "behind"
+    only_mean = {"mean": 303.0, "low": 303.0, "high": 303.0}
+    assert suite.verdict(280.0, only_mean) == "level"  # within 10% of a published mean
+    assert suite.verdict(270.0, only_mean) == "behind"
+    negative = {"mean": -6.0, "low": -6.0, "high": -6.0}
+    assert suite.verdict(-6.5, negative) == "level" and suite.verdict(-7.0, negative) == "behind"
+
+
+def test_every_run_is_listed_once_and_a2c_pong_comes_first():
+    jobs = suite.jobs()
+    keys = [(job.entry.name, job.game, job.seed) for job in jobs]
+    assert len(keys) == len(set(keys))
+    assert keys[0] == ("a2c", "pong", 0) and keys[1] == ("a2c", "breakout", 0)
+    assert {key[1] for key in keys} == set(suite.GAMES)
+    assert [job.label for job in suite.jobs({"ppo"}, {"breakout"})] == ["ppo/breakout/seed0"]
+
+
+def test_the_command_binds_the_trainer_the_game_the_seed_and_the_wall_limit():
+    (job,) = [j for j in suite.jobs({"c51"}, {"qbert"}) if j.seed == 0]
+    command = suite.command(job, "/r", wall_seconds=3600.7)
+    assert (
+        "--gin_file=categorical_dqn.gin" in command and "--root_dir=/r/c51/qbert/seed0" in command
+    )
+    bindings = [arg.split("=", 1)[1] for arg in command if arg.startswith("--gin_bindings")]
+    assert bindings == [
+        "AtariConfig.game = 'qbert'",
+        "AtariConfig.sticky_action_prob = 0.25",
+        "train_off_policy.total_frames = 10000000",
+        "train_off_policy.seed = 0",
+        "train_off_policy.checkpoint_replay = True",
+        "train_off_policy.max_wall_seconds = 3600",
+    ]
+
+
+def write_run(path, rows):
+    os.makedirs(path)
+    with open(os.path.join(path, "metrics.csv"), "w") as handle:
+        handle.write("env_frames,agent_steps,wall_s,fps,episode_return_raw_mean,episodes\n")
+        handle.writelines(f"{f},{f // 4},{f / 1e4},1000,{s},1\n" for f, s in rows)
+    with open(os.path.join(path, "operative_config.gin"), "w") as handle:
+        handle.write("train.seed = 0\n")
+
+
+def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
+    root = str(tmp_path)
+    write_run(f"{root}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
+    write_run(f"{root}/c51/qbert/seed0", [(5_000_000, 900.0)])  # halfway
+    assert suite.trained_frames(f"{root}/c51/breakout/seed0") == 10_000_000
+    entries = {(e["entry"], e["game"]): e for e in suite.summarize(root)}
+    breakout = entries["c51", "breakout"]
+    assert breakout["score"] == (48.0, 48.0, 48.0) and breakout["verdict"] == "ahead"
+    assert breakout["reference"]["mean"] == pytest.approx(47.1, abs=0.05)  # Dopamine, iteration 9
+    assert breakout["seeds"]["0"]["agent_steps_per_s"] == pytest.approx(2_500_000 / 1000)
+    assert entries["c51", "qbert"]["verdict"] == "in progress"
+    table = suite.table(list(entries.values()))
+    assert "| categorical_dqn.gin | Breakout | 10M | 1/1 | 48.0 (48.0 to 48.0) |" in table
+    suite.draw(list(entries.values()), str(tmp_path / "summary.png"))
+    assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
