@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A Q-value run's Pong curve against Dopamine's published runs of the same agent (issue 4).
+"""A Q-value run's Pong curve against Dopamine's published runs of the same agent.
 
     .venv/bin/python benchmarks/against_dopamine.py --run=c51_pong_bf16 --agent=C51
 
@@ -30,7 +30,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 REFERENCE = os.path.join(ROOT, "benchmarks", "reference", "dopamine_pong.json")
 CHECKPOINTS = (5_000_000, 10_000_000, 20_000_000, 30_000_000)  # env frames
 THRESHOLDS = (15.0, 18.0)
-TARGETS = {"DQN": 15.0, "C51": 18.0, "Rainbow": 18.0}  # issue 4's score within 10M frames
+TARGETS = {"DQN": 15.0, "C51": 18.0, "Rainbow": 18.0}  # target score within 10M frames
 
 
 def figures(frames: list, score: list) -> dict:

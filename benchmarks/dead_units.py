@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which ReLU units of a run's network still respond to its game's frames.
 
-    .venv/bin/python benchmarks/dead_units.py --run_dir=/work/runs/a3c_pong_bf16_s2 \
+    .venv/bin/python benchmarks/dead_units.py --run_dir=runs/a3c_pong_bf16_s2 \
         --name=a3c_pong_bf16_s2
 
 Restores the latest checkpoint of --run_dir into the network its operative_config.gin describes

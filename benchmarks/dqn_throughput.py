@@ -7,7 +7,7 @@
 Each variant runs bin/train with categorical_dqn.gin (16 envs, batch 32, 8 gradient samples per
 agent step) in a fresh process: 2,000 agent steps of warm-up fill the replay, then the learner
 trains for the measured seconds. `replay_wait_fraction` is the share of the learner's time spent
-waiting for its next batch (issue 4's target: under 10%).
+waiting for its next batch (target: under 10%).
 """
 
 import argparse

@@ -2,7 +2,7 @@
 """How many first-layer channels of the A3C network survive the start of an A2C run on Pong,
 under variants of the optimizer settings.
 
-    .venv/bin/python benchmarks/first_layer_survival.py --root=/work/runs/survival --frames=300000 \
+    .venv/bin/python benchmarks/first_layer_survival.py --root=runs/survival --frames=300000 \
         --seeds=0,1,2,3 --variant="Adam 7e-4=" \
         --variant="1M-frame warm-up=train.warmup_frames = 1_000_000"
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""How many frames a run needs to reach a reference run's score, as a ratio (issue 4's large batch).
+"""How many frames a run needs to reach a reference run's score, as a ratio (the large-batch
+target: C51 at batch 256 reaching the batch-32 score in at most 1.25x the frames).
 
     .venv/bin/python benchmarks/frames_ratio.py --run=c51_b256_pong --reference=c51_pong \
         --max_ratio=1.25

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How fast the Q-value learner trains, against what this CPU can compute (issue 4).
+"""How fast the Q-value learner trains, against what this CPU can compute.
 
     .venv/bin/python benchmarks/learner_speed.py --json=benchmarks/results/learner_speed.json
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parameter store overhead (issue 5): one pull plus one push of the paper's policy-gradient
+"""Parameter store overhead: one pull plus one push of the paper's policy-gradient
 network (the A3C torso on 104x80x4 Pong frames, 6 actions), median over repeats.
 
     .venv/bin/python benchmarks/param_store.py --json=benchmarks/results/param_store.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replay memory and batch assembly (issue 4): bytes per stored frame, and the time to sample.
+"""Replay memory and batch assembly: bytes per stored frame, and the time to sample.
 
     .venv/bin/python benchmarks/replay_memory.py --json=benchmarks/results/replay_memory.json \
         --plot=benchmarks/results/replay_memory.png

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Memory and time to restore a checkpointed replay (issue 4, `checkpoint_replay = True`).
+"""Memory and time to restore a checkpointed replay (`checkpoint_replay = True`).
 
     .venv/bin/python benchmarks/replay_restore.py --json=benchmarks/results/replay_restore.json
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Overhead of MirroredStrategy on one device against no strategy (issue 5): the time of one
+"""Overhead of MirroredStrategy on one device against no strategy: the time of one
 A2C update of the paper's network on Pong-sized batches, interleaved repeats, median.
 
     .venv/bin/python benchmarks/strategy_overhead.py --json=benchmarks/results/strategy_overhead.json

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A training run's learning curve and figures, from its metrics.csv, as JSON and PNG.
 
-    .venv/bin/python benchmarks/summarize_run.py --run_dir=/work/runs/a2c_pong --name=a2c_pong \
+    .venv/bin/python benchmarks/summarize_run.py --run_dir=runs/a2c_pong --name=a2c_pong \
         --target=18 --train_command="benchmarks/pong.sh a2c.gin"
 
 Writes benchmarks/results/<name>.json (the final and best score as the mean of the last 20 full

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A training run watched for leaks: resident memory, /dev/shm and zombies over its lifetime.
 
-A2C with 64 envs for 30 minutes (issue 7's long run):
+A2C with 64 envs for 30 minutes (the long-run soak):
 
     .venv/bin/python benchmarks/training_soak.py --name=a2c_soak --minutes=30 \
         --gin_file=a2c.gin --gin_bindings="train.num_workers = 4" \

@@ -1,5 +1,5 @@
 """tfaccel.distribute: strategies, batch sharding, and the equivalence of a mirrored update with
-one device's update on the whole batch (issue 5's synchronous target)."""
+one device's update on the whole batch (the target of synchronous training)."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""MetricsLogger: the CSV contract of DESIGN.md across resumes and late columns."""
+"""MetricsLogger: the CSV contract of docs/architecture.md across resumes and late columns."""
 
 import csv
 import io

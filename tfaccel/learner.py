@@ -1,11 +1,11 @@
 """The generic learner: variables, optimizer, counters, and one compiled train call.
 
 The algorithm is a loss, `loss_fn(network, batch) -> (scalar, metrics)`; the learner owns
-everything else (DESIGN.md, decision 3): the network and the optimizer slots are created under the
-strategy's scope before any checkpoint is built, gradients are clipped by global norm, and one
-`tf.function` runs a whole update, so Python is entered once per rollout: `strategy.run` of one
-SGD step, or, where the algorithm asks for several (PPO's epochs x minibatches), a graph loop
-around it.
+everything else (docs/architecture.md, "The learner"): the network and the optimizer slots are
+created under the strategy's scope before any checkpoint is built, gradients are clipped by
+global norm, and one `tf.function` runs a whole update, so Python is entered once per rollout:
+`strategy.run` of one SGD step, or, where the algorithm asks for several (PPO's epochs x
+minibatches), a graph loop around it.
 
 Several replicas (`tfaccel.distribute`): each gets an equal share of the batch (split along
 `batch_axes`), its loss is scaled by 1 / replicas and the gradients are summed across replicas, so

@@ -1,4 +1,4 @@
-"""Two bin/train processes on 127.0.0.1 as one MultiWorkerMirroredStrategy run (issue 5)."""
+"""Two bin/train processes on 127.0.0.1 as one MultiWorkerMirroredStrategy run."""
 
 import os
 import signal

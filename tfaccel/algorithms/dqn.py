@@ -64,8 +64,9 @@ class DQNConfig:
     # rlpyt's DQN (`clip_grad_norm=10`). Read by the learner, not by `loss`.
     max_grad_norm: float = 10.0
     # The learner copies the online weights into the target network every this many agent steps
-    # (fired when at least that many passed, DESIGN.md decision 5). 8000 agent steps as in
-    # Dopamine's dqn.gin (2000 updates at one update per 4 steps); Nature DQN: 10,000 updates.
+    # (fired when at least that many passed since the last copy, like every interval counter;
+    # docs/architecture.md, "The run directory"). 8000 agent steps as in Dopamine's dqn.gin
+    # (2000 updates at one update per 4 steps); Nature DQN: 10,000 updates.
     target_update_period: int = 8000
     # Epsilon-greedy exploration: linear from epsilon_start to epsilon_end over
     # epsilon_decay_steps agent steps, then held (see `epsilon`). 1.0 -> 0.01 over 250,000 agent

@@ -1,1 +1,1 @@
-"""Throughput measurements behind `bin/bench_sampler` (see ../shared/BENCHMARKS.md)."""
+"""Throughput measurements behind `bin/bench_sampler` (docs/results.md, "Throughput")."""

@@ -1,6 +1,7 @@
 """End-to-end training throughput: bin/train for a while, agent steps/s read from metrics.csv.
 
-The third level of BENCHMARKS.md: simulation, inference and learning share the cores. The run
+The third level of measurement, after the pool alone and the pool with inference
+(docs/results.md, "Throughput"): simulation, inference and learning share the cores. The run
 starts in a fresh process (its own TensorFlow, as a user runs it); the first `warmup` seconds
 (process start, tracing) are left out of the figure.
 """

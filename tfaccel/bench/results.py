@@ -1,4 +1,7 @@
-"""Where benchmark figures go: JSON with the command, the git revision and the date (BENCHMARKS.md)."""
+"""Where benchmark figures go: JSON with the command, the git revision and the date.
+
+The files and their fields are described in docs/results.md.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Sampler throughput: the limit of the machine, tfaccel's pool, and the peers, in one run.
 
-What is counted (../shared/BENCHMARKS.md): agent steps per second summed over all envs, after a
-warm-up that excludes process start and tracing, with the preprocessing used in training.
+What is counted (docs/results.md, "Sampler"): agent steps per second summed over all envs, after
+a warm-up that excludes process start and tracing, with the preprocessing used in training.
 
 - The limit: one process stepping one env with random actions, times the number of cores.
 - The pool with random actions (`inference="none"`, alternating groups keep workers busy), with
@@ -165,7 +165,7 @@ def run(
     training_layouts: Sequence[tuple[int, int]] = (),
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Measures everything in one run and returns the JSON of BENCHMARKS.md.
+    """Measures everything in one run and returns its JSON (schema: docs/results.md, "Sampler").
 
     The shared machines drift over minutes, so the single-process limit is measured three times
     (at the start, between the random-action pools and the peers, and at the end) and the median
@@ -274,7 +274,8 @@ def _add_row(result, log, workers, per_worker, inference, measured: dict) -> Non
 
 
 def summary(result: dict) -> dict:
-    """The target ratios of issue 2 from one run's JSON."""
+    """The target ratios from one run's JSON: to the limit, to the cores stepping at once, and
+    tfaccel's best over each peer's best."""
     limit = result["raw_limit_sps"]
     best_none = max((r["sps"] for r in result["results"] if r["inference"] == "none"), default=0.0)
     best_policy = max(

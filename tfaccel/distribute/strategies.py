@@ -8,7 +8,7 @@
   TensorFlow initializes its devices, which `bin/train` guarantees).
 - `multi_worker`: `MultiWorkerMirroredStrategy` from the `TF_CONFIG` environment variable; every
   worker process runs its own env pool and sampler on its own envs, and gradients are all-reduced
-  across workers each update (DESIGN.md, decision 7).
+  across workers each update (docs/architecture.md, "Processes and threads of a run").
 
 Batches are split between the replicas of a process by `shard`: each replica computes the loss of
 its share, the learner scales it by 1 / (replicas in sync) and the gradients are summed, which is
