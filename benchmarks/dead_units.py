@@ -50,6 +50,8 @@ def build_network(run_dir: str, spec: EnvSpec):
         option: binding(f"{torso_name}.{option}", "False") == "True"
         for option in ("center_frames", "subtract_background")
     }  # the layers the checkpoint holds (initializers do not matter: its weights replace them)
+    # an early form of the offset (the game's mean pixel), the same layer and variable
+    options["subtract_background"] |= binding(f"{torso_name}.subtract_game_mean", "") == "True"
     torso = functools.partial(TORSOS[torso_name], **options)
     if not off_policy:
         return networks.PolicyValueNetwork(spec, torso=torso)

@@ -10,7 +10,8 @@ centering, initialization, ...): does the network keep telling frames apart, and
 
 Each --variant is `label=binding;binding...`, added after --base to --config. Trains each
 variant on each game for --frames frames in `<root>/<label>_<game>` (a run directory that
-already holds them is read, not retrained; an unfinished one resumes), then reads its
+already holds them is read, not retrained; with --train an unfinished one resumes, without it
+it is read as far as it went), then reads its
 metrics.csv (the score, the spread of the network's output over a batch, explained variance,
 entropy) and counts with benchmarks/dead_units.py the ReLU units still positive on some frame of
 random play. Writes benchmarks/results/<name>.{json,png}: a panel per game with a curve per
@@ -108,11 +109,12 @@ def main():
         for game in games:
             run_dir = os.path.join(args.root, f"{slug(label)}_{game}")
             if trained_frames(run_dir) < args.frames:
-                if not args.train:
-                    print(f"skipped {run_dir}: {trained_frames(run_dir):,} frames", flush=True)
+                if not args.train and not trained_frames(run_dir):
+                    print(f"skipped {run_dir}: not trained", flush=True)
                     continue
-                extra = [b.strip() for b in bindings.split(";") if b.strip()]
-                train(run_dir, args.config, base + extra, game, args.frames)
+                if args.train:  # else read as far as it went (a run stopped early)
+                    extra = [b.strip() for b in bindings.split(";") if b.strip()]
+                    train(run_dir, args.config, base + extra, game, args.frames)
             layers, spread, _, _ = alive_units(run_dir, steps=100)
             row = {"variant": label, "bindings": bindings, "game": game, "run_dir": run_dir}
             row.update(frames=trained_frames(run_dir), output_spread=spread, curve=curve(run_dir))
