@@ -96,3 +96,21 @@ def test_files_of_a_save_killed_midway_are_removed_and_then_replaced(tmp_path):
     saver.save(400)  # the resumed run writes that checkpoint again, whole
     again, restored = saver_at(tmp_path, -1)
     assert again.restore().endswith("ckpt-400") and restored.numpy() == 400.0
+
+
+def test_a_data_file_cut_short_falls_back_to_the_one_before(tmp_path):
+    """An interrupted copy or a lost block: the index is whole, the data file half there. The
+    restore raised IndexError ("Read less bytes than requested") and never fell back."""
+    weights = tf.Variable(tf.zeros([4096]))
+    saver = Checkpointer(str(tmp_path), keep=3, state=tf.train.Checkpoint(w=weights))
+    for number in (100, 200):
+        weights.assign(tf.fill([4096], float(number)))
+        saver.save(number)
+    (data,) = [name for name in os.listdir(tmp_path) if name.startswith("ckpt-200.data")]
+    os.truncate(tmp_path / data, os.path.getsize(tmp_path / data) // 2)
+    fresh = tf.Variable(tf.zeros([4096]))
+    again = Checkpointer(str(tmp_path), keep=3, state=tf.train.Checkpoint(w=fresh))
+    assert again.restore().endswith("ckpt-100")
+    assert float(fresh.numpy().min()) == float(fresh.numpy().max()) == 100.0
+    ((path, reason),) = again.skipped
+    assert path.endswith("ckpt-200") and reason

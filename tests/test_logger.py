@@ -87,3 +87,23 @@ def test_progress_refreshes_on_a_terminal_with_a_smoothed_rate_and_an_eta(tmp_pa
     piped = io.StringIO()  # not a terminal: no refresh between log rows, plain lines
     quiet = Progress(MetricsLogger(str(tmp_path), stream=piped), 100, 4, 0, now=lambda: 1e9)
     assert not quiet.due()
+
+
+def test_a_cut_last_row_blank_lines_and_hand_edits_are_dropped_with_the_files_name(tmp_path):
+    """A row cut by a crash was glued to the next one written; a blank line or a hand-edited
+    frame count gave a traceback that did not name the file."""
+    first = MetricsLogger(str(tmp_path), stream=io.StringIO())
+    for frames in (400, 800, 1200):
+        first.write(row(frames, loss=1.0))
+    path = tmp_path / "metrics.csv"
+    text = path.read_text()
+    lines = text.splitlines()
+    lines.insert(2, "")  # a blank line
+    lines[1] = lines[1].replace("400", "four hundred", 1)  # a hand edit
+    path.write_text("\n".join(lines)[:-5])  # the last row cut short, no newline
+    screen = io.StringIO()
+    resumed = MetricsLogger(str(tmp_path), stream=screen)
+    assert f"warning: {path}: dropped 3 unreadable row(s)" in screen.getvalue()
+    assert resumed.rewind(1200) == 0
+    resumed.write(row(1200, loss=2.0))
+    assert [r["env_frames"] for r in read(path)] == ["800", "1200"]

@@ -79,7 +79,8 @@ class Checkpointer:
             try:
                 status = self.checkpoint.restore(path)
                 status.assert_nontrivial_match()
-            except (tf.errors.OpError, ValueError, AssertionError) as error:
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as error:
+                # IndexError: a data file cut short ("Read less bytes than requested")
                 self.skipped.append((path, _first_line(error)))
                 continue
             try:

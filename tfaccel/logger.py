@@ -33,17 +33,49 @@ class MetricsLogger:
     def __init__(self, root_dir: str, name: str = "metrics", stream=None):
         self.path = os.path.join(root_dir, f"{name}.csv")
         self._columns: list[str] | None = None
+        self._stream = stream or sys.stdout
+        self._live = hasattr(self._stream, "isatty") and self._stream.isatty()
         if os.path.exists(self.path):
-            with open(self.path, newline="") as handle:
-                self._columns = next(csv.reader(handle), None)
+            self._read_existing()
         board = (
             os.path.join(root_dir, "tb")
             if name == "metrics"
             else os.path.join(root_dir, "tb", name)
         )
         self._writer = tf.summary.create_file_writer(board)
-        self._stream = stream or sys.stdout
-        self._live = hasattr(self._stream, "isatty") and self._stream.isatty()
+
+    def _read_existing(self) -> None:
+        """Takes the header of an existing file and drops the rows a resumed run cannot append
+        to: a last row cut short (a crash while it was written: the next row would be glued to
+        it), a blank line, a row with another number of cells or a frame count that is not an
+        integer (a hand edit); says how many, naming the file."""
+        with open(self.path, newline="") as handle:
+            text = handle.read()
+        lines = text.split("\n")
+        complete = text.endswith("\n")
+        rows = list(csv.reader(lines[:-1]))  # a last line without its newline is cut short
+        if not rows:
+            return  # empty, or only a cut header: written anew
+        self._columns, body = rows[0], rows[1:]
+        frames_at = self._columns.index("env_frames") if "env_frames" in self._columns else 0
+
+        def whole(row):
+            if len(row) != len(self._columns):
+                return False
+            try:
+                int(row[frames_at])
+            except ValueError:
+                return False
+            return True
+
+        kept = [row for row in body if whole(row)]
+        dropped = len(body) - len(kept) + (0 if complete or not lines[-1] else 1)
+        if dropped:
+            self._rewrite(kept)
+            self.message(
+                f"warning: {self.path}: dropped {dropped} unreadable row(s) (a row cut short by "
+                "a crash, a blank line or a hand edit); the run logs those frames again"
+            )
 
     def write(self, row: dict) -> None:
         """Appends `row` (column -> scalar; `env_frames` required) to the CSV and TensorBoard."""

@@ -220,7 +220,7 @@ def train_off_policy(
             return dqn.loss(network, agent.target, batch, algorithm)
 
         agent = learner.Learner(
-            make_network, loss_fn, lambda: make_optimizer(learning_rate),
+            make_network, loss_fn, lambda: make_optimizer(float(learning_rate)),
             max_grad_norm=algorithm.max_grad_norm, target_network=True, seed=seed,
             strategy=strategy,
         )  # fmt: skip

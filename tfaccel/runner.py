@@ -541,7 +541,7 @@ def train(
             else None
         )
         warmup_steps = warmup_frames // frames_per_rollout * steps_per_rollout
-        schedule = learner.warm_up(decay or learning_rate, warmup_steps)
+        schedule = learner.warm_up(decay or float(learning_rate), warmup_steps)
 
         def algorithm_loss(network, batch):
             if not anneal_clip:

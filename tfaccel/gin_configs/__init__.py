@@ -58,6 +58,7 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     from tfaccel import off_policy, runner  # noqa: F401  (registers the configurables)
     from tfaccel.distribute import asynchronous  # noqa: F401
 
+    check_one_algorithm(files)
     gin.add_config_file_search_path(DIRECTORY)
     # Gin looks each `include` up as a Python resource first and logs an error-looking
     # "Path not found" before it finds the file on the search path: not a problem, not shown.
@@ -69,6 +70,84 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
         raise with_valid_parameters(error) from None
     finally:
         root.removeFilter(_not_a_resource_lookup)
+    check_binding_types()
+
+
+def check_one_algorithm(files: Sequence[str]) -> None:
+    """Raises a one-line ValueError when `files` name two of the shipped algorithm configs (the
+    presets, reference/ and toy/): gin would let the last override the first, silently."""
+    algorithms = [
+        name
+        for name in files
+        if not os.path.isfile(name)
+        and not name.startswith(("distribute/", "testing/", "./"))
+        and os.path.basename(path(name)) != "smoke.gin"
+        and not os.path.relpath(path(name), DIRECTORY).startswith(("distribute", "testing"))
+    ]
+    if len(algorithms) > 1:
+        raise ValueError(
+            f"two algorithm configs, {' and '.join(algorithms)}: give one (settings and "
+            "modifiers such as smoke.gin or distribute/mirrored.gin go after it)"
+        )
+
+
+# What a parameter annotated with one of these types accepts (an int where a float is asked).
+_ACCEPTED = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
+
+
+def check_binding_types() -> None:
+    """Checks each bound value of a configurable function against its parameter: the type it is
+    annotated with (int, float, bool or str), or, for a parameter that takes a factory or a
+    function (no simple annotation; a required or callable default), that a reference
+    (`@AtariConfig()`) was bound, not a number or a string. None and macros are left alone.
+
+    Raises:
+        ValueError: `selector.name = value` is of another type (naming what it must be).
+    """
+    import typing
+
+    import gin
+    from gin import config_parser
+
+    text = gin.config_str()
+    for statement in config_parser.ConfigParser(text, _LiteralDelegate()):
+        if not isinstance(statement, config_parser.BindingStatement):
+            continue
+        configurable = gin.get_configurable(statement.selector)
+        value, name = statement.value, f"{statement.selector}.{statement.arg_name}"
+        if not inspect.isfunction(configurable) or value is None or value is _REFERENCE:
+            continue
+        function = inspect.unwrap(configurable)
+        try:
+            wanted = typing.get_type_hints(function).get(statement.arg_name)
+        except (NameError, TypeError):
+            wanted = None
+        accepted = _ACCEPTED.get(wanted)
+        if accepted:
+            if not isinstance(value, accepted) or (wanted is int and isinstance(value, bool)):
+                article = "an" if wanted.__name__[0] in "aeiou" else "a"
+                raise ValueError(f"{name} = {value!r}: it must be {article} {wanted.__name__}")
+            continue
+        parameter = inspect.signature(function).parameters.get(statement.arg_name)
+        default = parameter.default if parameter else None
+        if default is gin.REQUIRED or callable(default):
+            raise ValueError(
+                f"{name} = {value!r}: it takes a reference to a function or factory, e.g. "
+                "@AtariConfig() or @a3c_torso, not a literal"
+            )
+
+
+_REFERENCE = object()  # a `@name` or `@name()` value, as `_LiteralDelegate` reads it
+
+
+class _LiteralDelegate:
+    """Parses a gin file's values as literals; references and macros become `_REFERENCE`."""
+
+    def configurable_reference(self, scoped_name, evaluate):
+        return _REFERENCE
+
+    def macro(self, name):
+        return _REFERENCE
 
 
 def with_valid_parameters(error: ValueError) -> ValueError:
