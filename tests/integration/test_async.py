@@ -91,9 +91,10 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
         # Frames count the envs of both machines.
         assert int(table[-1]["env_frames"]) >= 8000
         assert float(table[-1]["wall_s"]) > 0
-        # The decay spans the updates of both machines' learners: it reached 0 at the end
-        # (counting one machine's, it would stand at half the initial 1e-3).
-        assert float(table[-1]["learning_rate"]) < 0.2e-3, table[-1]
+        # The decay spans the updates of both machines' learners: it nears 0 at the end
+        # (counting one machine's, it would stand at half the initial 1e-3). The last row is
+        # written a few updates before the end, more of them on a loaded machine.
+        assert float(table[-1]["learning_rate"]) < 0.35e-3, table[-1]
     assert not shm.left_by(*[machine.pid for machine in machines])
 
 
