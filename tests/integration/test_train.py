@@ -21,11 +21,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SMOKE = ["--gin_file=a2c.gin", "--gin_file=smoke.gin"]
 
 
-def train(root_dir, *args, timeout=300):
+def train(root_dir, *args, timeout=300, env=None):
     """bin/train to its end; the result also has the process's `pid`, which names its shared memory."""
     with subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={root_dir}", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     ) as process:  # fmt: skip
         try:
             out, err = process.communicate(timeout=timeout)
