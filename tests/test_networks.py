@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfaccel import export, networks, runner  # noqa: F401 (runner registers the torsos with gin)
+from tfaccel import export, networks, runner, trainers  # noqa: F401 (trainers registers the torsos)
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.networks import CenterFrames, PolicyValueNetwork, QNetwork
 from tfaccel.types import ArraySpec, EnvSpec

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from tfaccel import off_policy, replay
+from tests.fakes import Log
+from tfaccel import off_policy, replay, replay_files
 from tfaccel.envs.pool import SerialPool
 from tfaccel.envs.toy import ScriptedConfig
 from tfaccel.prefetch import Prefetcher
@@ -365,35 +366,30 @@ def test_a_replay_that_cannot_be_written_leaves_no_part_and_says_so(tmp_path, mo
             handle.write(b"half")
         raise OSError(28, "No space left on device")
 
-    class Log:
-        messages: list[str] = []
-
-        def message(self, text):
-            self.messages.append(text)
-
     monkeypatch.setattr(np, "savez", full_disk)
-    assert not off_policy._save_replays(str(tmp_path), 200, [buffer], Log())
+    log = Log()
+    assert not replay_files.save(str(tmp_path), 200, [buffer], log)
     assert sorted(os.listdir(tmp_path)) == ["replay-100.npz"]  # kept: its checkpoint may be
-    assert "not saved with ckpt-200 ([Errno 28] No space left on device)" in Log.messages[0]
+    assert "not saved with ckpt-200 ([Errno 28] No space left on device)" in log.messages[0]
 
 
 def test_a_replay_file_is_restored_block_by_block_and_a_cut_one_is_named(tmp_path, monkeypatch):
     groups = [ReplayBuffer(B, 12 * B, (4, 3), n_step=3, prioritized=True, seed=g) for g in (1, 2)]
     for g, buffer in enumerate(groups):
         drive(buffer, 30, seed=g)  # wrapped: all 12 rows of the ring
-    assert off_policy._save_replays(str(tmp_path), 30, groups, log=None)
+    assert replay_files.save(str(tmp_path), 30, groups, log=None)
     monkeypatch.setattr(ReplayBuffer, "_LOAD_ROWS", 5)  # rows 0-4, 5-9, 10-11 of each group
     restored = [ReplayBuffer(B, 12 * B, (4, 3), n_step=3, prioritized=True) for _ in groups]
-    assert off_policy._restore_replays(str(tmp_path), str(tmp_path / "ckpt-30"), restored)
+    assert replay_files.restore(str(tmp_path), str(tmp_path / "ckpt-30"), restored)
     for buffer, again in zip(groups, restored, strict=True):
         for name, value in buffer.state_dict().items():
             np.testing.assert_array_equal(again.state_dict()[name], value, err_msg=name)
-    assert not off_policy._restore_replays(str(tmp_path), str(tmp_path / "ckpt-40"), restored)
+    assert not replay_files.restore(str(tmp_path), str(tmp_path / "ckpt-40"), restored)
 
     path = tmp_path / "replay-30.npz"
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ValueError, match="cannot restore the replay memory from .*replay-30.npz"):
-        off_policy._restore_replays(str(tmp_path), str(tmp_path / "ckpt-30"), restored)
+        replay_files.restore(str(tmp_path), str(tmp_path / "ckpt-30"), restored)
 
 
 # ----------------------------------------------------------------------------- Prefetcher

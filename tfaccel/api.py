@@ -110,7 +110,7 @@ def train(
     from tfaccel import commands
 
     with commands.tensorflow_imported_quietly():  # no C++ start-up lines in a notebook
-        from tfaccel import gin_configs, runner
+        from tfaccel import gin_configs, trainers
 
     files = [config] if isinstance(config, str) else list(config)
     try:
@@ -122,7 +122,7 @@ def train(
                 gin.clear_config()
                 extra = [f"{trainer}.{name} = {value!r}" for name, value in overrides.items()]
                 gin_configs.parse(files, [*bindings, *extra])
-        summary = runner.run(root_dir)
+        summary = trainers.run(root_dir)
     finally:
         with gin.unlock_config():
             gin.clear_config()

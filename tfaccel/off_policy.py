@@ -1,42 +1,35 @@
 """The off-policy run of the DQN family: act epsilon-greedily, store in replay, train from replay.
 
 `train_off_policy(root_dir)` is selected in gin with `run.trainer = @train_off_policy` and shares
-the run directory, logging, checkpoints, export and resume of `tfaccel.runner`. The training
-intensity is held fixed as the number of envs changes: `replay_ratio` gradient samples per agent
-step (the Nature DQN: a batch of 32 every 4 agent steps = 8), as in the Accelerated Methods paper.
-Batches are drawn by a background thread while the learner trains (`prefetch`), and the importance
-exponent beta of prioritized replay anneals linearly to 1 over the run (Schaul et al., 2016).
+the run directory, resume, export and the loop's bookkeeping (`runner.Loop`) with the on-policy
+trainer. The training intensity is held fixed as the number of envs changes: `replay_ratio`
+gradient samples per agent step (the Nature DQN: a batch of 32 every 4 agent steps = 8), as in the
+Accelerated Methods paper. Batches are drawn by a background thread while the learner trains
+(`prefetch`), and the importance exponent beta of prioritized replay anneals linearly to 1 over
+the run (Schaul et al., 2016).
 The replay memory is checkpointed only on request (`checkpoint_replay`: at 1M transitions it is
 8.3 GB); otherwise a resumed run refills it (`min_replay_steps`) before learning again.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import glob
 import os
-import re
 import time
-import zipfile
 
 import gin
 import numpy as np
 import tensorflow as tf
 
-from tfaccel import checkpoint, console, learner, networks, runner
+from tfaccel import checkpoint, console, learner, networks, replay_files, runner
+from tfaccel import run_dir as run_dirs
 from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import PoolError
-from tfaccel.logger import Progress
+from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report_faults, saved_on
 from tfaccel.prefetch import Prefetcher
-from tfaccel.replay import (
-    ReplayBatch,
-    ReplayBuffer,
-    available_memory,
-    memory_needed,
-)
+from tfaccel.replay import ReplayBatch, ReplayBuffer, available_memory, memory_needed
 from tfaccel.sampler import ReplaySampler
 
 
@@ -148,68 +141,26 @@ def train_off_policy(
             (a resumed run then learns on at once instead of refilling); one file, the latest.
         seed: seeds the initial weights, the envs, replay sampling and exploration.
         on_nonfinite: after a step with a non-finite loss or gradient (never applied; its
-            batch's priorities are kept): `skip`, `restore` or `stop` (`runner.NonFiniteGuard`).
+            batch's priorities are kept): `skip`, `restore` or `stop` (`guards.NonFiniteGuard`).
     """
-    runner.NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
+    NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
     strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
-    # Several machines: as in `runner.train`, each worker acts and replays on its own envs.
+    # Several machines: as in `on_policy.train`, each worker acts and replays on its own envs.
     team = strategies.SyncTeam(strategy)
-    chief, vote, seed = team.chief, team.stop, team.seed(seed)
-    run_dir, log, eval_log = runner.open_run(root_dir, team, precision)
+    chief, seed = team.chief, team.seed(seed)
+    run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with runner.make_pool(
         env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
     ) as pool:
-        observation = pool.spec.observation
-        if len(observation.shape) != 3 or observation.dtype != np.uint8:
-            raise ValueError(
-                "the replay stores uint8 frames [H, W, stack], one frame per step; this env "
-                f"observes {observation.dtype} {list(observation.shape)}: train it on-policy "
-                "(a2c.gin, ppo.gin)"
-            )
-        height, width, stack = observation.shape
-        needed = num_groups * memory_needed(
-            pool.group_size, replay_capacity // num_groups, (height, width)
-        )
-        available = available_memory()
-        if available is not None and needed > available:
-            raise ValueError(
-                f"a replay of {replay_capacity:,} transitions of {height}x{width} frames needs "
-                f"{needed / 2**30:.1f} GiB, and this machine has {available / 2**30:.1f} GiB "
-                "available: lower train_off_policy.replay_capacity"
-            )
-        replays = [
-            ReplayBuffer(
-                pool.group_size,
-                replay_capacity // num_groups,
-                (height, width),
-                stack=stack,
-                n_step=n_step,
-                discount=discount,
-                prioritized=prioritized,
-                alpha=priority_alpha,
-                seed=seed + g,
-                assembly_threads=assembly_threads,
-            )  # fmt: skip
-            for g in range(num_groups)
-        ]
-        if batch_size % num_groups:
-            raise ValueError(
-                f"train_off_policy.batch_size = {batch_size} does not split into {num_groups} "
-                "equal shares (one from each group's replay): use a multiple of num_groups"
-            )
-        # A full ring still has its newest n steps and its oldest stack - 1 incomplete.
-        reachable = sum((r.time - n_step - stack) * r.num_envs for r in replays)
-        if min_replay_steps > reachable:
-            raise ValueError(
-                f"train_off_policy.min_replay_steps = {min_replay_steps:,} is never reached: a "
-                f"replay of {replay_capacity:,} transitions on {pool.num_envs} envs holds at "
-                f"most {reachable:,} complete ones; lower min_replay_steps or raise "
-                "replay_capacity"
-            )
+        replays = _make_replays(
+            pool, replay_capacity, num_groups, batch_size, min_replay_steps, seed,
+            n_step=n_step, discount=discount, prioritized=prioritized, alpha=priority_alpha,
+            assembly_threads=assembly_threads,
+        )  # fmt: skip
 
         def make_network():
             return networks.QNetwork(
@@ -226,295 +177,204 @@ def train_off_policy(
         )  # fmt: skip
         act, generator = _compile_act(agent.network, pool.spec, pool.group_size, atoms, seed)
         counters = checkpoint.Counters()
+        checkpoint_dir = os.path.join(run_dir, "checkpoints")
         saver = checkpoint.Checkpointer(
-            os.path.join(run_dir, "checkpoints"), network=agent.network, target=agent.target,
+            checkpoint_dir, network=agent.network, target=agent.target,
             optimizer=agent.optimizer, counters=counters, generator=generator,
         )  # fmt: skip
-        restored = runner.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
+        restored = run_dirs.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
         runner.set_frame_offsets([agent.network, agent.target], env, seed, log)
-        checkpoint_dir = os.path.join(run_dir, "checkpoints")
         if restored and checkpoint_replay:
-            loaded = _restore_replays(checkpoint_dir, restored, replays)
+            loaded = replay_files.restore(checkpoint_dir, restored, replays)
             log.message("replay restored" if loaded else "no replay saved with it: refilling")
-        if atoms is None:
-            head = dict(head="q_values", head_fn=lambda output: ("q_values", output))
-        else:
-            probabilities = lambda output: ("probabilities", tf.nn.softmax(output, -1))  # noqa: E731
-            head = dict(head="probabilities", head_fn=probabilities, support=atoms.numpy())
         atari = env if isinstance(env, AtariConfig) else None
 
-        def save(state) -> None:
-            counters.agent_steps.assign(state.frames // frame_skip)
-            counters.wall_seconds.assign(state.base_wall + state.elapsed())
-            counters.remember_scores(state.recent)
+        def save(frames: int, wall_s: float) -> None:
             # The replay first: a save cut midway resumes from the checkpoint before, with its
             # replay. A replay that cannot be written (a full disk) still lets the checkpoint be.
-            saved = checkpoint_replay and _save_replays(checkpoint_dir, state.frames, replays, log)
-            saver.save(state.frames)
+            saved = checkpoint_replay and replay_files.save(checkpoint_dir, frames, replays, log)
+            saver.save(frames)
             if saved:
-                _prune_replays(checkpoint_dir, state.frames)
-            state.last_save = state.frames
+                replay_files.prune(checkpoint_dir, frames)
             if chief:
-                runner.publish_policy(
-                    agent.network, atari, root_dir, (log, eval_log), state.frames, frame_skip,
-                    state.base_wall + state.elapsed(), eval_episodes, algorithm.eval_epsilon,
-                    seed, **head,
+                run_dirs.publish_policy(
+                    agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
+                    eval_episodes, algorithm.eval_epsilon, seed, **_export_head(atoms),
                 )  # fmt: skip
 
         sampler = ReplaySampler(pool, act, replays)
-        state = _LoopState(counters, frame_skip, algorithm.target_update_period)
-        state.beta = priority_beta
-        guard = runner.NonFiniteGuard(on_nonfinite, agent, saver, log, team)
-        watch = runner.DeadNetworkWatch(log)
-        warm = False  # every worker has min_replay_steps transitions (they start together)
+        learning = _ReplayLearning(
+            agent, replays, batch_size, replay_ratio, prioritized,
+            (priority_beta, anneal_beta, total_frames), prefetch,
+        )  # fmt: skip
+        limits = runner.Limits(
+            total_frames, log_interval_frames, checkpoint_interval_frames, max_wall_seconds,
+            "train_off_policy",
+        )  # fmt: skip
 
-        def draw() -> tuple[np.ndarray, list[int], ReplayBatch]:
-            batch, shares = _sample(replays, batch_size, state.beta)
-            return batch.index, shares, agent.prepare(batch)
+        def columns() -> dict:
+            return {
+                "epsilon": dqn.epsilon(algorithm, loop.frames // frame_skip),
+                "replay_size": sum(len(replay) for replay in replays),
+                "replay_wait_fraction": learning.wait_seconds / max(loop.learn_seconds, 1e-9),
+                "priority_beta": learning.beta,
+            }
 
-        prefetcher = None
-        state.display = Progress(log, total_frames, frame_skip, state.frames)
+        loop = runner.Loop(
+            counters, frame_skip, limits, log, team, sampler, save, columns=columns,
+            note=lambda: f"  replay {sum(len(replay) for replay in replays):,}",
+        )  # fmt: skip
+        guards = (NonFiniteGuard(on_nonfinite, agent, saver, log, team), DeadNetworkWatch(log))
         log.message(
             f"filling the replay: learning starts when each process holds {min_replay_steps:,} "
-            f"transitions ({pool.num_envs} envs here; {total_frames - state.frames:,} frames to go)"
+            f"transitions ({pool.num_envs} envs here; {total_frames - loop.frames:,} frames to go)"
         )
-        keep_progress = runner.saved_on(PoolError, lambda: save(state))
-        with runner.StopRequest() as stop, contextlib.ExitStack() as cleanup, keep_progress:
-            while True:
-                out_of_time = max_wall_seconds and state.elapsed() >= max_wall_seconds
-                if vote(
-                    state.frames >= total_frames or stop.signal_name is not None or out_of_time
-                ):
-                    break
-                steps = team.agent_steps(state.base_steps, sampler.agent_steps)
-                sampler.step(dqn.epsilon(algorithm, steps))
-                stored = sum(len(r) for r in replays)
-                warm = warm or not vote(stored < min_replay_steps)
-                if warm:
-                    state.due += pool.num_envs * replay_ratio / batch_size
-                if anneal_beta:
-                    progress = min(state.frames / total_frames, 1.0)
-                    state.beta = priority_beta + (1.0 - priority_beta) * progress
-                if prefetch and prefetcher is None and state.due >= 1.0:
-                    prefetcher = cleanup.enter_context(Prefetcher(draw))
-                next_batch = prefetcher.get if prefetcher else draw
-                tick = time.perf_counter()
-                while state.due >= 1.0:
-                    state.metrics = _train_once(agent, replays, next_batch, prioritized, state)
-                    guard.check(state.metrics, state.frames)
-                    watch.check(state.metrics, state.frames)
-                    state.due -= 1.0
-                state.learn_seconds += time.perf_counter() - tick
-                steps = team.agent_steps(state.base_steps, sampler.agent_steps)
-                if steps // algorithm.target_update_period > state.synced:
-                    agent.sync_target()
-                    state.synced = steps // algorithm.target_update_period
-                runner.report_faults(pool, log)
-                games = sampler.drain_games()
-                state.recent.extend(score for score, _ in games)
-                counters.games.assign_add(len(games))
-                state.frames = steps * frame_skip
-                if state.frames - state.last_log >= log_interval_frames:
-                    _log(log, state, sampler, stored, dqn.epsilon(algorithm, steps), total_frames)
-                elif state.display.due():
-                    _show(state, sampler, stored)
-                if state.frames - state.last_save >= checkpoint_interval_frames:
-                    save(state)
-        if state.frames > state.last_log:
-            final_epsilon = dqn.epsilon(algorithm, state.frames // frame_skip)
-            _log(log, state, sampler, sum(len(r) for r in replays), final_epsilon, total_frames)
-        if state.frames > state.last_save:  # not saved already at this count
-            save(state)
-        log.end_progress()
-        if stop.signal_name:
-            log.message(
-                f"stopped by {stop.signal_name} at {state.frames:,} frames; checkpoint saved: "
-                "run the same command to resume"
-            )
-    return {
-        "env_frames": state.frames,
-        "final_score": float(np.mean(state.recent)) if state.recent else float("nan"),
-        "wall_s": state.base_wall + state.elapsed(),
-        "stopped_by": stop.signal_name,
-    }
+        return _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, guards)
 
 
-class _LoopState:
-    """Counters of the loop that survive in the checkpoint or only in this process."""
+def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, guards) -> dict:
+    """The run itself, top to bottom: act, store, train as the replay ratio says, sync the
+    target; log and save; stop on time or on a signal (every process of the team together)."""
+    period, warm = algorithm.target_update_period, False
+    # Target syncs happen as the agent steps cross multiples of the period, so a resumed run
+    # keeps the target network of its checkpoint and syncs where the unbroken run would.
+    synced = loop.base_steps // period
+    with StopRequest() as stop, contextlib.ExitStack() as cleanup:
+        cleanup.enter_context(saved_on(PoolError, loop.save_if_behind))
+        if loop.complete():
+            return loop.finish(stop)
+        while not loop.should_stop(stop):
+            steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
+            sampler.step(dqn.epsilon(algorithm, steps))
+            stored = sum(len(replay) for replay in learning.replays)
+            # Every worker holds min_replay_steps transitions: they start learning together.
+            warm = warm or not team.stop(stored < min_replay_steps)
+            tick = time.perf_counter()
+            metrics = learning.train(warm, sampler.pool.num_envs, loop.frames, cleanup, guards)
+            loop.learn_seconds += time.perf_counter() - tick
+            steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
+            if steps // period > synced:
+                agent.sync_target()
+                synced = steps // period
+            report_faults(sampler.pool, loop.log)
+            loop.advance(sampler.drain_games(), steps, metrics)
+            loop.tick()
+        return loop.finish(stop)
 
-    def __init__(self, counters, frame_skip: int, target_update_period: int):
-        self.counters, self.frame_skip = counters, frame_skip
-        self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
-        self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
-        self.recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
-        self.start = self.last_time = time.perf_counter()
-        self.learn_seconds = 0.0  # in train steps, including the wait for their batches
-        self.wait_seconds = 0.0  # waiting for batches
+
+class _ReplayLearning:
+    """When the learner trains from replay, and on what: the SGD steps the replay ratio owes
+    once learning started, beta's annealing, the batches (drawn when needed, or by a
+    `Prefetcher` thread while the learner trains) and the priorities each step updates."""
+
+    def __init__(self, agent, replays, batch_size, replay_ratio, prioritized, beta, prefetch):
+        self.agent, self.replays, self.batch_size = agent, replays, batch_size
+        self.replay_ratio, self.prioritized, self.prefetch = replay_ratio, prioritized, prefetch
+        self.beta_start, self.anneal_beta, self.total_frames = beta
+        self.beta = self.beta_start
         self.due = 0.0  # train steps owed to the replay ratio
-        # Target syncs happen as the agent steps cross multiples of the period, so a resumed run
-        # keeps the target network of its checkpoint and syncs where the unbroken run would.
-        self.synced = self.base_steps // target_update_period  # periods synced so far
-        self.metrics: dict = {}
-        self.beta = 1.0
-        self.display = None  # the progress line (`logger.Progress`), set when the loop starts
+        self.wait_seconds = 0.0  # waiting for batches
+        self._prefetcher = None
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+    def draw(self) -> tuple[np.ndarray, list[int], ReplayBatch]:
+        batch, shares = _sample(self.replays, self.batch_size, self.beta)
+        return batch.index, shares, self.agent.prepare(batch)
 
+    def train(self, warm: bool, num_envs: int, frames: int, cleanup, guards) -> dict | None:
+        """The SGD steps owed after an agent step of `num_envs` envs; the last one's metrics
+        (None: no step). `cleanup` (an ExitStack) stops the prefetcher at the end of the run."""
+        if warm:
+            self.due += num_envs * self.replay_ratio / self.batch_size
+        if self.anneal_beta:
+            progress = min(frames / self.total_frames, 1.0)
+            self.beta = self.beta_start + (1.0 - self.beta_start) * progress
+        if self.prefetch and self._prefetcher is None and self.due >= 1.0:
+            self._prefetcher = cleanup.enter_context(Prefetcher(self.draw))
+        metrics = None
+        while self.due >= 1.0:
+            metrics = self._train_once(self._prefetcher.get if self._prefetcher else self.draw)
+            for guard in guards:
+                guard.check(metrics, frames)
+            self.due -= 1.0
+        return metrics
 
-def _train_once(agent, replays, next_batch, prioritized: bool, state) -> dict:
-    """One gradient step on the next batch (drawn equally from every group's buffer); updates
-    the priorities of its transitions."""
-    tick = time.perf_counter()
-    index, shares, batch = next_batch()  # batch: as the learner takes it (Learner.prepare)
-    state.wait_seconds += time.perf_counter() - tick
-    metrics = agent.train(batch)
-    priority = metrics.pop("priority")
-    if prioritized and not metrics["skipped_updates"]:  # a skipped step's priorities may be NaN
-        cuts = np.cumsum(shares)[:-1]
-        for replay, part, value in zip(
-            replays, np.split(index, cuts), np.split(priority, cuts), strict=True
-        ):
-            replay.update_priorities(part, value)
-    return metrics
-
-
-def _replay_path(directory: str, frames: int) -> str:
-    return os.path.join(directory, f"replay-{frames}.npz")
-
-
-def _save_replays(directory: str, frames: int, replays, log) -> bool:
-    """Writes every group's replay state to `replay-{frames}.npz`, atomically; True if it did.
-
-    A write that fails (a full disk, say) leaves no partial file and does not stop the run: the
-    checkpoint is still saved, and a resume from it refills the replay.
-    """
-    os.makedirs(directory, exist_ok=True)
-    arrays = {
-        f"group{g}/{name}": value
-        for g, replay in enumerate(replays)
-        for name, value in replay.state_dict().items()
-    }
-    temporary = _replay_path(directory, frames) + ".partial.npz"
-    try:
-        np.savez(temporary, **arrays)
-        os.replace(temporary, _replay_path(directory, frames))
-    except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        log.message(
-            f"warning: the replay memory was not saved with ckpt-{frames} ({error}); a resume "
-            "from that checkpoint refills the replay"
-        )
-        return False
-    return True
+    def _train_once(self, next_batch) -> dict:
+        """One gradient step on the next batch (drawn equally from every group's buffer);
+        updates the priorities of its transitions."""
+        tick = time.perf_counter()
+        index, shares, batch = next_batch()  # batch: as the learner takes it (Learner.prepare)
+        self.wait_seconds += time.perf_counter() - tick
+        metrics = self.agent.train(batch)
+        priority = metrics.pop("priority")
+        if self.prioritized and not metrics["skipped_updates"]:  # a skipped step's may be NaN
+            cuts = np.cumsum(shares)[:-1]
+            for replay, part, value in zip(
+                self.replays, np.split(index, cuts), np.split(priority, cuts), strict=True
+            ):
+                replay.update_priorities(part, value)
+        return metrics
 
 
-def _prune_replays(directory: str, frames: int) -> None:
-    """Removes replay files of older checkpoints, and parts of cut saves (the memory is large:
-    one file is kept)."""
-    keep = _replay_path(directory, frames)
-    for path in glob.glob(os.path.join(directory, "replay-*.npz")):
-        if path != keep:
-            os.remove(path)
-
-
-def _restore_replays(directory: str, checkpoint_path: str, replays) -> bool:
-    """Loads the replay saved with `checkpoint_path` (`.../ckpt-N`); False if there is none.
+def _make_replays(pool, capacity, num_groups, batch_size, min_replay_steps, seed, **options):
+    """One `ReplayBuffer` per env group (`options`: its n-step, discount, priorities and
+    assembly threads), after checking that this env, memory and batch suit them.
 
     Raises:
-        ValueError: the file is unreadable or does not fit these buffers.
+        ValueError: observations that are not uint8 frames; more memory than the machine has
+            available; a batch that does not split among the groups; a warm-up never reached.
     """
-    match = re.search(r"ckpt-(\d+)$", checkpoint_path)
-    path = match and _replay_path(directory, int(match.group(1)))
-    if not path or not os.path.exists(path):
-        return False
-    try:
-        with np.load(path, allow_pickle=False) as archive:  # never unpickle a file
-            for g, replay in enumerate(replays):
-                prefix = f"group{g}/"
-                state = {
-                    k[len(prefix) :]: archive[k]
-                    for k in archive.files
-                    if k.startswith(prefix) and k != prefix + "frames"
-                }
-                with _StoredRows(archive.zip, prefix + "frames.npy") as frames:
-                    replay.load_state_dict(dict(state, frames=frames))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+    observation = pool.spec.observation
+    if len(observation.shape) != 3 or observation.dtype != np.uint8:
         raise ValueError(
-            f"cannot restore the replay memory from {path} ({error}); delete the file to refill "
-            "the replay instead, or set train_off_policy.checkpoint_replay = False"
-        ) from error
-    return True
+            "the replay stores uint8 frames [H, W, stack], one frame per step; this env "
+            f"observes {observation.dtype} {list(observation.shape)}: train it on-policy "
+            "(a2c.gin, ppo.gin)"
+        )
+    height, width, stack = observation.shape
+    needed = num_groups * memory_needed(pool.group_size, capacity // num_groups, (height, width))
+    available = available_memory()
+    if available is not None and needed > available:
+        raise ValueError(
+            f"a replay of {capacity:,} transitions of {height}x{width} frames needs "
+            f"{needed / 2**30:.1f} GiB, and this machine has {available / 2**30:.1f} GiB "
+            "available: lower train_off_policy.replay_capacity"
+        )
+    replays = [
+        ReplayBuffer(
+            pool.group_size,
+            capacity // num_groups,
+            (height, width),
+            stack=stack,
+            seed=seed + g,
+            **options,
+        )  # fmt: skip
+        for g in range(num_groups)
+    ]
+    if batch_size % num_groups:
+        raise ValueError(
+            f"train_off_policy.batch_size = {batch_size} does not split into {num_groups} "
+            "equal shares (one from each group's replay): use a multiple of num_groups"
+        )
+    # A full ring still has its newest n steps and its oldest stack - 1 incomplete.
+    n_step = options["n_step"]
+    reachable = sum((r.time - n_step - stack) * r.num_envs for r in replays)
+    if min_replay_steps > reachable:
+        raise ValueError(
+            f"train_off_policy.min_replay_steps = {min_replay_steps:,} is never reached: a "
+            f"replay of {capacity:,} transitions on {pool.num_envs} envs holds at "
+            f"most {reachable:,} complete ones; lower min_replay_steps or raise "
+            "replay_capacity"
+        )
+    return replays
 
 
-class _StoredRows:
-    """An array of an `.npz` file (as `np.savez` writes them: stored, not compressed) read block
-    by block as its row slices are asked for, in order, so only one block is in memory."""
-
-    def __init__(self, archive: zipfile.ZipFile, member: str):
-        self._stream = archive.open(member)
-        version = np.lib.format.read_magic(self._stream)
-        if version == (1, 0):
-            self.shape, fortran, self.dtype = np.lib.format.read_array_header_1_0(self._stream)
-        else:
-            self.shape, fortran, self.dtype = np.lib.format.read_array_header_2_0(self._stream)
-        if fortran or self.dtype.hasobject:
-            raise ValueError(f"{member}: not an array of plain values in C order")
-        self._next = 0
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        start, stop, step = rows.indices(self.shape[0])
-        if start != self._next or step != 1:
-            raise ValueError(f"rows {start}:{stop} asked for, but the next ones are {self._next}:")
-        block = np.empty((stop - start, *self.shape[1:]), self.dtype)
-        view, done = memoryview(block).cast("B"), 0
-        while done < block.nbytes:
-            count = self._stream.readinto(view[done:])
-            if not count:
-                raise EOFError(f"the file ends before row {stop} of {self.shape[0]}")
-            done += count
-        self._next = stop
-        return block
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stream.close()
-
-
-def _log(log, state, sampler, stored: int, epsilon: float, total_frames: int) -> None:
-    now, elapsed = time.perf_counter(), state.elapsed()
-    steps = state.frames // state.frame_skip
-    fps = (state.frames - state.last_log) / max(now - state.last_time, 1e-9)  # every worker's
-    score = float(np.mean(state.recent)) if state.recent else float("nan")
-    row = {
-        "env_frames": state.frames,
-        "agent_steps": steps,
-        "wall_s": state.base_wall + elapsed,
-        "fps": fps,
-        "episode_return_raw_mean": score,
-        "episodes": int(state.counters.games),
-        "epsilon": epsilon,
-        "replay_size": stored,
-        "env_fraction": sampler.seconds["env"] / elapsed,
-        "inference_fraction": sampler.seconds["inference"] / elapsed,
-        "learn_fraction": state.learn_seconds / elapsed,
-        "worker_restarts": sampler.pool.restarts,
-        "peak_rss_mib": runner.peak_rss_mib(),
-        "replay_wait_fraction": state.wait_seconds / max(state.learn_seconds, 1e-9),
-        "priority_beta": state.beta,
-        **state.metrics,
-    }
-    log.write(row)
-    _show(state, sampler, stored)
-    state.last_log, state.last_time = state.frames, now
-
-
-def _show(state, sampler, stored: int) -> None:
-    elapsed = max(state.elapsed(), 1e-9)
-    split = (sampler.seconds["env"], sampler.seconds["inference"], state.learn_seconds)
-    score = float(np.mean(state.recent)) if state.recent else float("nan")
-    split = tuple(part / elapsed for part in split)
-    state.display.show(state.frames, score, split, f"  replay {stored:,}")
+def _export_head(atoms) -> dict:
+    """What the exported policy's signature returns: Q-values, or C51's probabilities over
+    `atoms` (see `export.export_policy`)."""
+    if atoms is None:
+        return dict(head="q_values", head_fn=lambda output: ("q_values", output))
+    return dict(
+        head="probabilities",
+        head_fn=lambda output: ("probabilities", tf.nn.softmax(output, -1)),
+        support=atoms.numpy(),
+    )

@@ -672,7 +672,7 @@ def test_no_algorithm_config_or_a_file_as_run_directory_ends_with_one_line(tmp_p
 IN_PROCESS_ENV = """
 import dataclasses, sys
 import keras
-from tfaccel import runner
+from tfaccel import on_policy
 from tfaccel.networks import PolicyValueNetwork
 from tfaccel.algorithms import a2c
 from tfaccel.envs.toy import CatchConfig
@@ -689,7 +689,7 @@ def small_network(spec):  # a network of one's own: train.network
     return PolicyValueNetwork(spec, torso=torso)
 
 
-summary = runner.train(
+summary = on_policy.train(
     sys.argv[1], env=NotebookCatch(), loss_fn=a2c.loss, act_fn=a2c.act,
     algorithm=a2c.A2CConfig(), num_workers=0, envs_per_worker=4, total_frames=800,
     log_interval_frames=400, checkpoint_interval_frames=800, network=small_network,

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     """Runs the command; its exit status."""
     flags = parse_flags(argv)
     with commands.tensorflow_imported_quietly():
-        from tfaccel import gin_configs, off_policy, runner  # noqa: F401  (gin registrations)
+        from tfaccel import gin_configs, trainers
         from tfaccel.distribute import asynchronous
         from tfaccel.envs.pool import PoolError
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     peer_lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
     peer_lost += (tf.errors.CancelledError, tf.errors.AbortedError)
     try:
-        summary = runner.run(flags.root_dir)
+        summary = trainers.run(flags.root_dir)
     except (ValueError, OSError, asynchronous.LearnerFailed) as error:
         # Bad settings, an unusable --root_dir, a failed learner: one line (gin appends where
         # the error was raised).

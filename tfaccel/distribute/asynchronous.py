@@ -9,7 +9,7 @@ moved meanwhile. A3C (BA3C-style batched) is `a2c.gin` run this way (`gin_config
 is PPO with the paper's changes for asynchrony (`gin_configs/appo.gin`).
 
 `train_async(root_dir)` (gin: `run.trainer = @train_async`) starts the learners as spawned
-processes, each running the on-policy `runner.train` with an `AsyncTeam`. Learner 0 (the chief)
+processes, each running the on-policy `on_policy.train` with an `AsyncTeam`. Learner 0 (the chief)
 creates the store from its (restored or fresh) network and writes the run directory; learner i
 keeps its own checkpoints and log in `<root_dir>/learner-<i>`. Frames count every learner's envs
 (a shared counter in the store); any learner's stop (frame budget, signal, wall time) stops all.
@@ -36,10 +36,10 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from tfaccel import runner
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.param_store import ParameterStore
 from tfaccel.envs.worker import SHM_DIR
+from tfaccel.guards import StopRequest
 
 
 class LearnerFailed(RuntimeError):
@@ -146,7 +146,7 @@ class AsyncTeam:
         else:
             deadline = time.monotonic() + 600
             while not self._ready.wait(timeout=0.5):
-                if runner.StopRequest.early_signal():  # before the store: nothing to save
+                if StopRequest.early_signal():  # before the store: nothing to save
                     sys.exit(0)
                 if time.monotonic() > deadline:
                     raise RuntimeError(
@@ -232,17 +232,17 @@ def _started_ignoring_ctrl_c():
 
 
 def _learner_main(config: str, root_dir: str, team_args: tuple, results, environment: dict):
-    runner.StopRequest.hold_early()  # stopped while it starts: it saves after its first update
+    StopRequest.hold_early()  # stopped while it starts: it saves after its first update
     _stop_when_orphaned(os.getppid())
     os.environ.update(environment)
-    from tfaccel import off_policy  # noqa: F401  (registers every configurable)
+    from tfaccel import on_policy, trainers  # noqa: F401  (trainers registers every configurable)
 
     gin.parse_config(config)
     team = AsyncTeam(*team_args)
     try:
-        summary = runner.train(root_dir, team=team)
+        summary = on_policy.train(root_dir, team=team)
     except Exception as error:  # the launcher names it; the traceback goes to stderr
-        if runner.StopRequest.early_signal():  # stopped while it started (an env worker that
+        if StopRequest.early_signal():  # stopped while it started (an env worker that
             return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
         results.put((team.index, {"error": str(error).strip().splitlines()[0][:300]}))
         raise
@@ -311,7 +311,7 @@ def train_async(
     # rest are not started, and the started ones are told (one may have missed the forward).
     sync, started = None, []
     try:
-        with runner.StopRequest(on_signal=lambda: _terminate(started)) as stop:
+        with StopRequest(on_signal=lambda: _terminate(started)) as stop:
             for process in processes:
                 if stop.signal_name:
                     break
@@ -432,7 +432,7 @@ def _reap(alive: dict, ready) -> tuple[int, int] | None:
 
 
 def _terminate(processes) -> None:
-    """SIGTERM: each learner's runner saves a checkpoint and exits."""
+    """SIGTERM: each learner's trainer saves a checkpoint and exits."""
     for process in processes:
         if process.is_alive():
             os.kill(process.pid, signal.SIGTERM)

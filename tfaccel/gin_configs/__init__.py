@@ -55,8 +55,7 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     Registers tfaccel's configurables first."""
     import gin
 
-    from tfaccel import off_policy, runner  # noqa: F401  (registers the configurables)
-    from tfaccel.distribute import asynchronous  # noqa: F401
+    from tfaccel import trainers  # noqa: F401  (registers the configurables)
 
     check_one_algorithm(files)
     gin.add_config_file_search_path(DIRECTORY)

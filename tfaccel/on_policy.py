@@ -1,0 +1,224 @@
+"""The on-policy trainer (A2C, PPO; A3C and APPO through `distribute.asynchronous`): collect a
+rollout from the alternating env groups, train on it, log / checkpoint / export, resumable.
+
+`train(root_dir)` reads every setting from gin (configs in gin_configs/). Running it again on the
+same `root_dir` resumes from the last checkpoint: network, optimizer slots and schedule position,
+counters, wall time and the policy's random generator continue; `metrics.csv` is appended to.
+The envs start new games on resume (emulator states are not checkpointed). The loop's
+bookkeeping (stopping, logging, checkpoints) is `runner.Loop`, shared with the off-policy trainer.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import gin
+
+from tfaccel import checkpoint, console, learner, networks, runner
+from tfaccel import run_dir as run_dirs
+from tfaccel.distribute import strategies
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.pool import PoolError
+from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report_faults, saved_on
+from tfaccel.sampler import OnPolicySampler, compile_act
+from tfaccel.types import Rollout
+
+
+@gin.configurable(denylist=["root_dir", "team"])
+def train(
+    root_dir: str,
+    env=gin.REQUIRED,
+    loss_fn=gin.REQUIRED,
+    act_fn=gin.REQUIRED,
+    algorithm=gin.REQUIRED,
+    prepare_fn=None,
+    anneal_clip: bool = False,
+    torso=networks.a3c_torso,
+    network=None,
+    make_optimizer=learner.make_rmsprop,
+    learning_rate: float = 7e-4,
+    decay_learning_rate: bool = True,
+    warmup_frames: int = 0,
+    num_workers: int = 2,
+    envs_per_worker: int = 16,
+    num_groups: int = 2,
+    horizon: int = 5,
+    total_frames: int = 40_000_000,
+    log_interval_frames: int = 100_000,
+    checkpoint_interval_frames: int = 2_000_000,
+    eval_episodes: int = 0,
+    eval_epsilon: float = 0.0,
+    max_wall_seconds: float = 0.0,
+    worker_niceness: int = 5,
+    tf_threads: int = 0,
+    seed: int = 0,
+    on_nonfinite: str = "skip",
+    team=None,
+) -> dict:
+    """Trains an on-policy agent; see the module docstring. Returns the final summary.
+
+    Args:
+        root_dir: the run directory (created; reused to resume).
+        env: env factory, e.g. `@AtariConfig()`.
+        loss_fn: the algorithm's `loss(network, rollout, config)`, e.g. `@a2c_loss`.
+        act_fn: the algorithm's act rule, e.g. `@a2c_act`.
+        algorithm: the algorithm's hyperparameters, e.g. `@A2CConfig()`. Its `max_grad_norm`,
+            `epochs` and `minibatches` (where it has them) drive the learner.
+        prepare_fn: for several SGD steps per rollout, `(network, rollout, algorithm) -> samples`
+            (`@ppo_samples`); None: one step on the whole rollout.
+        anneal_clip: pass `clip = algorithm.clip x (current / initial learning rate)` to the loss
+            (PPO's clip annealing, on the learning rate's schedule).
+        torso: network torso factory (`@a3c_torso`, `@nature_torso`).
+        network: `spec -> keras.Model` for a network of your own (it returns `(logits [B, A],
+            value [B])` like `PolicyValueNetwork`); None: `PolicyValueNetwork` on `torso`.
+        make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
+        learning_rate: initial learning rate.
+        decay_learning_rate: anneal it linearly to 0 over `total_frames`.
+        warmup_frames: raise it linearly from 0 over this many env frames first (0: none; see
+            `learner.warm_up`); a decay still runs over all of `total_frames`.
+        num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
+        envs_per_worker: envs per worker (with 0 workers: the envs).
+        num_groups: 1 (synchronous) or 2 (alternating groups, each trained on as it completes).
+        horizon: steps per rollout (t_max).
+        total_frames: env frames to train for (frames = agent steps x frame skip).
+        log_interval_frames: env frames between rows of metrics.csv.
+        checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
+        eval_episodes: full games played by the exported policy at each checkpoint (Atari only;
+            no life-loss ends, raw score, the noop starts of training); 0: no evaluation.
+        eval_epsilon: epsilon-greedy exploration of those games.
+        max_wall_seconds: also stop (and save) after this much wall time in this process (0: no
+            limit); the same command continues the run.
+        worker_niceness: nice value added to env workers so inference and learning get the cores.
+        tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
+        seed: seeds the initial weights, the envs, the policy's sampling and the minibatches.
+        on_nonfinite: after a step with a non-finite loss or gradient (never applied): `skip`,
+            `restore` (the last checkpoint's weights) or `stop` (see `NonFiniteGuard`).
+        team: the processes training together, when not this process alone or the workers of
+            the strategy (`tfaccel.distribute.asynchronous.AsyncTeam`; not a gin setting).
+    """
+    NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
+    strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    precision = networks.set_precision()  # gin: set_precision.policy
+    group_size = max(num_workers, 1) * envs_per_worker // max(num_groups, 1)  # 0: in process
+    strategies.check_split(strategy, group_size, "the number of envs per group")
+    _check_rollout(horizon, group_size // strategies.local_replicas(strategy), algorithm)
+    # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
+    # the chief owns root_dir, the others keep their state in their own directory below it.
+    team = team or strategies.SyncTeam(strategy)
+    learners, chief, seed = team.learners, team.chief, team.seed(seed)
+    run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
+    frame_skip = getattr(env, "frame_skip", 1)
+    with runner.make_pool(
+        env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
+    ) as pool:
+        # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
+        frames_per_rollout = frame_skip * horizon * pool.group_size * learners
+        steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
+        decay = (
+            learner.linear_decay(
+                learning_rate, -(-total_frames // frames_per_rollout) * steps_per_rollout
+            )  # over every rollout the run takes, the last one part-way too
+            if decay_learning_rate
+            else None
+        )
+        warmup_steps = warmup_frames // frames_per_rollout * steps_per_rollout
+        schedule = learner.warm_up(decay or float(learning_rate), warmup_steps)
+
+        def algorithm_loss(network, batch):
+            if not anneal_clip:
+                return loss_fn(network, batch, algorithm)
+            # 1 -> 0 with the decay (not the warm-up): the clip starts at its full value
+            progress = decay(agent.optimizer.iterations) / learning_rate if decay else 1.0
+            return loss_fn(network, batch, algorithm, clip=algorithm.clip * progress)
+
+        agent = learner.Learner(
+            lambda: (network or functools.partial(networks.PolicyValueNetwork, torso=torso))(
+                pool.spec
+            ),
+            algorithm_loss,
+            lambda: make_optimizer(schedule),
+            max_grad_norm=getattr(algorithm, "max_grad_norm", 0.0),
+            prepare_fn=prepare_fn
+            and (lambda network, batch: prepare_fn(network, batch, algorithm)),
+            epochs=getattr(algorithm, "epochs", 1),
+            minibatches=getattr(algorithm, "minibatches", 1),
+            seed=seed,
+            strategy=strategy,
+            batch_axes=Rollout.env_axes(),
+        )
+        act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
+        counters = checkpoint.Counters()
+        saver = checkpoint.Checkpointer(
+            os.path.join(run_dir, "checkpoints"),
+            network=agent.network, optimizer=agent.optimizer, counters=counters,
+            generator=generator, learner_generator=agent.generator,
+        )  # fmt: skip
+        run_dirs.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
+        runner.set_frame_offsets([agent.network], env, seed, log)
+        agent = team.attach(agent, counters)
+        sampler = OnPolicySampler(pool, act, value, horizon)
+        atari = env if isinstance(env, AtariConfig) else None
+
+        def save(frames: int, wall_s: float) -> None:
+            team.before_save(agent)
+            saver.save(frames)
+            if chief:
+                run_dirs.publish_policy(
+                    agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
+                    eval_episodes, eval_epsilon, seed,
+                )  # fmt: skip
+
+        limits = runner.Limits(
+            total_frames, log_interval_frames, checkpoint_interval_frames, max_wall_seconds, "train"
+        )
+        loop = runner.Loop(counters, frame_skip, limits, log, team, sampler, save,
+                           columns=lambda: {"learning_rate": agent.learning_rate})  # fmt: skip
+        guard = NonFiniteGuard(on_nonfinite, agent, saver, log, team)
+        return _loop(loop, sampler, agent, team, guard, log)
+
+
+def _check_rollout(horizon: int, samples_per_step: int, algorithm) -> None:
+    """Raises a one-line ValueError for a rollout the learner cannot use whole."""
+    epochs, minibatches = getattr(algorithm, "epochs", 1), getattr(algorithm, "minibatches", 1)
+    for name, value in (("horizon", horizon), ("epochs", epochs), ("minibatches", minibatches)):
+        if value < 1:
+            raise ValueError(f"{name} is {value}; it must be 1 or more")
+    samples = horizon * samples_per_step
+    if samples % minibatches:
+        raise ValueError(
+            f"a rollout of {samples} samples per replica (horizon {horizon} x {samples_per_step} "
+            f"envs) does not split into {minibatches} minibatches: make it a multiple of "
+            f"{minibatches}"
+        )
+
+
+def _loop(loop, sampler, agent, team, guard, log) -> dict:
+    """The run itself, top to bottom: collect, train, report, save; stop on time or on a signal.
+
+    `team` counts the agent steps of every process training together and makes them stop
+    together (`team.stop(flag)` is True on all of them once any of them asks).
+    """
+    with StopRequest() as stop, saved_on(PoolError, loop.save_if_behind):
+        if loop.complete():
+            return loop.finish(stop)
+        log.message(
+            f"training on {sampler.pool.num_envs} envs, {loop.limits.total_frames - loop.frames:,}"
+            f" frames to go (from {loop.frames:,}); learning from the first rollout"
+        )
+        watch = DeadNetworkWatch(log)
+        for _, rollout in sampler.rollouts():
+            tick = time.perf_counter()
+            metrics = agent.train(rollout)
+            loop.learn_seconds += time.perf_counter() - tick
+            report_faults(sampler.pool, log)
+            agent_steps = team.agent_steps(loop.base_steps, sampler.agent_steps)  # every process's
+            loop.counters.updates.assign_add(1)
+            loop.advance(sampler.drain_games(), agent_steps, metrics)
+            guard.check(metrics, loop.frames)
+            watch.check(metrics, loop.frames)
+            if loop.should_stop(stop):
+                break
+            loop.tick()
+        return loop.finish(stop)

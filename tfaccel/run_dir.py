@@ -1,0 +1,173 @@
+"""The run directory: opening it, resuming from it (the operative config, its changes, the
+checkpoint, the logs rewound to it) and publishing the policy into it.
+
+Resuming reads a run's earlier `operative_config.gin` as text, without the configurables it
+names registered, so a run directory written by an older version is read, not re-parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tokenize
+
+import gin
+from gin import config_parser
+
+from tfaccel import evaluate, export, networks
+from tfaccel.logger import MetricsLogger
+
+
+def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, MetricsLogger]:
+    """This process's run directory (created) and its metrics and eval loggers; only the chief
+    of the processes training together shows progress. The log starts with the `precision`
+    line (`networks.set_precision`), and a warning if this machine only emulates it."""
+    run_dir = team.run_dir(root_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    quiet = None if team.chief else open(os.devnull, "w")
+    log = MetricsLogger(run_dir, stream=quiet)
+    log.message(precision)
+    if warning := networks.precision_warning():
+        log.message(f"warning: {warning}")
+    return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+
+
+def publish_policy(
+    network, atari, root_dir: str, logs, frames: int, frame_skip: int, wall_s: float,
+    eval_episodes: int, eval_epsilon: float, seed: int, **head,
+) -> None:  # fmt: skip
+    """Exports the policy to `root_dir/policy` and, for Atari with `eval_episodes`, plays that
+    many full games with it and writes a row of eval.csv (`head`: see `export.export_policy`)."""
+    log, eval_log = logs
+    policy_dir = os.path.join(root_dir, "policy")
+    export.export_policy(network, atari, policy_dir, extra={"env_frames": frames}, **head)
+    if not (eval_episodes and atari):
+        return
+    scores = evaluate.evaluate(policy_dir, eval_episodes, epsilon=eval_epsilon, seed=seed)
+    eval_log.write({
+        "env_frames": frames, "agent_steps": frames // frame_skip, "wall_s": wall_s,
+        "eval_return_mean": scores["mean"], "eval_return_std": scores["std"],
+    })  # fmt: skip
+    log.message(f"evaluation at {frames:,} frames: {scores['mean']:.1f}")
+
+
+class _TextDelegate(config_parser.ParserDelegate):
+    """Keeps references (`@name`, `@name()`) and macros (`%name`) of a gin file as text, so a
+    file can be read without the configurables it names being registered."""
+
+    def configurable_reference(self, scoped_name, evaluate):
+        return f"@{scoped_name}()" if evaluate else f"@{scoped_name}"
+
+    def macro(self, name):
+        return f"%{name}"
+
+
+def gin_settings(text: str) -> dict[str, object]:
+    """The bindings of a gin file (e.g. an `operative_config.gin`) as `{"scope/name.arg": value}`."""
+    settings = {}
+    for statement in config_parser.ConfigParser(text, _TextDelegate()):
+        if isinstance(statement, config_parser.BindingStatement):
+            scope = f"{statement.scope}/" if statement.scope else ""
+            settings[f"{scope}{statement.selector}.{statement.arg_name}"] = statement.value
+    return settings
+
+
+def changed_settings(before: str, after: str) -> list[str]:
+    """What differs between two gin files, one `name: old -> new` per binding (`unset` where a
+    file lacks it), sorted by name."""
+    old, new = gin_settings(before), gin_settings(after)
+
+    def shown(settings, name):
+        return repr(settings[name]) if name in settings else "unset"
+
+    return [
+        f"{name}: {shown(old, name)} -> {shown(new, name)}"
+        for name in sorted(old.keys() | new.keys())
+        if name not in old or name not in new or old[name] != new[name]
+    ]
+
+
+def note_changed_settings(config_path: str, config: str, frames: int, log) -> None:
+    """Warns when `config` differs from the run's `operative_config.gin` at `config_path`, and
+    then keeps that file as `operative_config.<frames>.gin` (see `resume`)."""
+    with open(config_path) as handle:
+        previous = handle.read()
+    kept, again = os.path.join(os.path.dirname(config_path), f"operative_config.{frames}.gin"), 1
+    while os.path.exists(kept):  # resumed at these frames before: keep that file as well
+        again += 1
+        kept = os.path.join(os.path.dirname(config_path), f"operative_config.{frames}-{again}.gin")
+    try:
+        changes = changed_settings(previous, config)
+    except (SyntaxError, ValueError, tokenize.TokenError) as error:  # hand-edited or cut off
+        os.replace(config_path, kept)
+        log.message(f"warning: the run's previous settings ({kept}) are not readable gin: {error}")
+        return
+    if changes:
+        os.replace(config_path, kept)
+        log.message(
+            f"warning: resumed with {len(changes)} setting(s) changed since the run last ran "
+            f"(its settings then: {kept}): " + "; ".join(changes)
+        )
+
+
+# The settings that decide which variables a run's checkpoint holds: a run directory resumed
+# with other values would fail to restore with a tensor-shape error deep in TensorFlow.
+IDENTITY = (
+    "run.trainer", "train.loss_fn", "train.torso", "train_off_policy.torso",
+    "train_off_policy.dueling", "DQNConfig.num_atoms",
+)  # fmt: skip
+
+
+def check_same_algorithm(run_dir: str, config: str) -> None:
+    """Raises a one-line ValueError when `run_dir` holds a run whose operative config differs
+    from `config` in what decides its variables (`IDENTITY`: another algorithm or network)."""
+    path = os.path.join(run_dir, "operative_config.gin")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as handle:
+            before = gin_settings(handle.read())
+    except (SyntaxError, ValueError, tokenize.TokenError):
+        return  # unreadable: the restore and the settings warning say what they can
+    after = gin_settings(config)
+
+    def described(settings):
+        return ", ".join(f"{name} = {settings[name]}" for name in IDENTITY if name in settings)
+
+    if any(str(before.get(name)) != str(after.get(name)) for name in IDENTITY):
+        raise ValueError(
+            f"{run_dir} holds a run of another algorithm or network ({described(before)}) than "
+            f"this command's ({described(after)}): give a new --root_dir, or resume it with the "
+            f"configs it was started with (its settings: {path})"
+        )
+
+
+def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
+    """Restores the latest checkpoint (if any; returns its path), writes the run's
+    `operative_config.gin`, and rewinds metrics.csv and eval.csv to the restored frames, so the
+    rows of work lost since that checkpoint are logged once, by the resumed run.
+
+    A run resumed with other settings than it last ran with (a longer `total_frames`, another
+    rate, or a network option that adds no variable, which the checkpoint cannot tell) goes on
+    with the new ones, after a warning naming each change; the previous operative config is
+    kept as `operative_config.<frames>.gin`."""
+    config = gin.operative_config_str() + getattr(team, "operative_config", "")
+    check_same_algorithm(run_dir, config)
+    tick = time.perf_counter()
+    restored = saver.restore()
+    restore_seconds = time.perf_counter() - tick
+    frames = int(counters.agent_steps) * frame_skip
+    config_path = os.path.join(run_dir, "operative_config.gin")
+    if restored and os.path.exists(config_path):
+        note_changed_settings(config_path, config, frames, logs[0])
+    with open(config_path, "w") as handle:
+        handle.write(config)
+    for log in logs:
+        log.rewind(frames)
+    for path, reason in saver.skipped:
+        logs[0].message(f"warning: skipped the unreadable checkpoint {path} ({reason})")
+    if restored:
+        logs[0].message(
+            f"resumed from {restored} at {frames:,} frames (restored in {restore_seconds:.2f} s)"
+        )
+    return restored

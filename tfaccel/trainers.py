@@ -1,0 +1,47 @@
+"""Every name gin knows, registered in one place, and `run`, what `bin/train` runs.
+
+Importing this module registers the trainers (`train`, `train_off_policy`, `train_async`), the
+envs, the algorithms' configs, losses and act rules, the torsos and the optimizers; the config
+files (gin_configs/) refer to them by these names.
+"""
+
+from __future__ import annotations
+
+import gin
+
+from tfaccel import (
+    learner,
+    networks,
+    off_policy,  # noqa: F401  (registers train_off_policy)
+    on_policy,
+)
+from tfaccel.algorithms import a2c, dqn, ppo
+from tfaccel.distribute import asynchronous  # noqa: F401  (registers train_async)
+from tfaccel.envs.atari import AtariConfig
+from tfaccel.envs.gymnasium_env import GymnasiumConfig
+from tfaccel.envs.toy import CatchConfig, ScriptedConfig
+
+for _configurable in (
+    AtariConfig, CatchConfig, ScriptedConfig, GymnasiumConfig, a2c.A2CConfig, ppo.PPOConfig,
+    dqn.DQNConfig,
+):  # fmt: skip
+    gin.external_configurable(_configurable, module="tfaccel")
+gin.external_configurable(a2c.loss, "a2c_loss", module="tfaccel")
+gin.external_configurable(a2c.act, "a2c_act", module="tfaccel")
+gin.external_configurable(ppo.loss, "ppo_loss", module="tfaccel")
+gin.external_configurable(ppo.samples, "ppo_samples", module="tfaccel")
+for _function in (
+    networks.a3c_torso,
+    networks.nature_torso,
+    networks.mlp_torso,
+    learner.make_rmsprop,
+    learner.make_adam,
+):
+    gin.external_configurable(_function, module="tfaccel")
+
+
+@gin.configurable(denylist=["root_dir"])
+def run(root_dir: str, trainer=None) -> dict:
+    """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
+    (`run.trainer = @train_off_policy` for the DQN family)."""
+    return (trainer or on_policy.train)(root_dir)
