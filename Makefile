@@ -43,7 +43,8 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bin/bench_sampler --game=pong --seconds=$(SECONDS) \
 	    --layouts=1x8,2x4,2x8,2x16,2x32,4x8,4x16 --inference_layouts=2x32,2x64,4x16,4x32,4x64 \
-	    --json=benchmarks/results/sampler_pong.json --plot=benchmarks/results/sampler_pong.png
+	    --json=benchmarks/results/speed/bench_sampler__pong.json \
+	    --plot=benchmarks/results/speed/bench_sampler__pong.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

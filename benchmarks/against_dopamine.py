@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """A Q-value run's Pong curve against Dopamine's published runs of the same agent.
 
-    .venv/bin/python benchmarks/against_dopamine.py --run=c51_pong_bf16 --agent=C51
+    .venv/bin/python benchmarks/against_dopamine.py --run=c51/pong_bf16 --agent=C51
 
-`--run` names summaries written by benchmarks/summarize_run.py (benchmarks/results/<name>.json,
-repeatable); `--agent` is one of Dopamine's agents in benchmarks/reference/dopamine_pong.json
-(DQN, C51, Rainbow: five runs each, with the settings our gin files take from Dopamine's). Writes
-benchmarks/results/<first run>_vs_dopamine.{json,png}: for each run and for Dopamine's five,
-the score after 5, 10, 20 and 30M frames and the frames to +15 and +18.
+`--run` names summaries written by benchmarks/summarize_run.py (`<algorithm>/<run>`, the file
+benchmarks/results/learning/<name>.json; repeatable); `--agent` is one of Dopamine's agents in
+benchmarks/reference/dopamine_pong.json (DQN, C51, Rainbow: five runs each, with the settings our
+gin files take from Dopamine's). Writes
+benchmarks/results/learning/<first run>__vs_dopamine.{json,png}: for each run and for Dopamine's
+five, the score after 5, 10, 20 and 30M frames and the frames to +15 and +18.
 
 Dopamine plays with sticky actions (0.25) and we do not (the papers' setting): its runs are the
 reference for the shape and pace of a curve with these hyperparameters, not an exact match.
@@ -26,7 +27,7 @@ sys.path.insert(0, ROOT)
 
 from tfaccel.bench import results as results_file  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS = os.path.join(ROOT, "benchmarks", "results", "learning")
 REFERENCE = os.path.join(ROOT, "benchmarks", "reference", "dopamine_pong.json")
 CHECKPOINTS = (5_000_000, 10_000_000, 20_000_000, 30_000_000)  # env frames
 THRESHOLDS = (15.0, 18.0)
@@ -47,7 +48,9 @@ def figures(frames: list, score: list) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="append", required=True, help="summary name (repeatable)")
+    parser.add_argument(
+        "--run", action="append", required=True, help="<algorithm>/<run> (repeatable)"
+    )
     parser.add_argument("--agent", required=True, help="Dopamine agent: DQN, C51 or Rainbow")
     args = parser.parse_args()
     with open(REFERENCE) as handle:
@@ -71,7 +74,7 @@ def main():
         "runs": {name: figures(c["env_frames"], c["score"]) for name, c in ours.items()},
         "dopamine_runs": [figures(dopamine_frames, run) for run in dopamine],
     }
-    out = os.path.join(RESULTS, f"{args.run[0]}_vs_dopamine")
+    out = os.path.join(RESULTS, f"{args.run[0]}__vs_dopamine")
     results_file.write_json(out + ".json", document)
     _plot(out + ".png", args.agent, ours, dopamine_frames, dopamine)
     print(json.dumps({k: document[k] for k in ("runs", "dopamine_runs")}, indent=1))

@@ -2,7 +2,7 @@
 """Which ReLU units of a run's network still respond to its game's frames.
 
     .venv/bin/python benchmarks/dead_units.py --run_dir=runs/a3c_pong_bf16_s2 \
-        --name=a3c_pong_bf16_s2
+        --name=a3c/pong_bf16_s2
 
 Restores the latest checkpoint of --run_dir into the network its operative_config.gin describes
 (`PolicyValueNetwork`, or `QNetwork` for the DQN family, on its torso), plays --steps agent steps of the run's game with random actions in each of --envs envs, and for
@@ -10,7 +10,9 @@ each layer of the torso counts the units that are positive on at least one of th
 observations. A layer with none alive passes nothing upward: the value and the policy no longer
 depend on the observation and no gradient reaches the layer again. Also reports the spread of the
 network's output over the observations (the value, or the Q values; the standard deviation over
-observations, averaged over the output's units). Writes benchmarks/results/<name>_dead_units.json.
+observations, averaged over the output's units). Writes
+benchmarks/results/learning/<name>__dead_units.json; `--name` is `<algorithm>/<run>`, the run's
+summary name (benchmarks/summarize_run.py).
 """
 
 import argparse
@@ -113,7 +115,7 @@ def alive_units(run_dir: str, envs: int = 4, steps: int = 200, seed: int = 0):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--name", required=True, help="results file name")
+    parser.add_argument("--name", required=True, help="<algorithm>/<run>, e.g. a3c/pong_bf16_s2")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=200, help="agent steps per env")
     parser.add_argument("--seed", type=int, default=0)
@@ -129,7 +131,8 @@ def main():
     for name, layer in layers.items():
         print(f"{name}: {layer['alive']} of {layer['units']} units positive on some observation")
     print(f"output spread over {count} observations: {spread:.3g}")
-    out = os.path.join(ROOT, "benchmarks", "results", f"{args.name}_dead_units.json")
+    out = os.path.join(ROOT, "benchmarks", "results", "learning", f"{args.name}__dead_units.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     results_file.write_json(out, document)
     print(f"wrote {out}")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Q-value training throughput on Pong and how long the learner waits for replay batches.
 
-    .venv/bin/python benchmarks/dqn_throughput.py --json=benchmarks/results/dqn_throughput.json
+    .venv/bin/python benchmarks/dqn_throughput.py --json=benchmarks/results/speed/dqn_throughput.json
     .venv/bin/python benchmarks/dqn_throughput.py --only=bfloat16   # the variants named so
 
 Each variant runs bin/train with categorical_dqn.gin (16 envs, batch 32, 8 gradient samples per

@@ -2,8 +2,8 @@
 """How many first-layer channels of the A3C network survive the start of an A2C run on Pong,
 under variants of the optimizer settings.
 
-    .venv/bin/python benchmarks/first_layer_survival.py --root=runs/survival --frames=300000 \
-        --seeds=0,1,2,3 --variant="Adam 7e-4=" \
+    .venv/bin/python benchmarks/first_layer_survival.py --root=runs/survival --name=300k \
+        --frames=300000 --seeds=0,1,2,3 --variant="Adam 7e-4=" \
         --variant="1M-frame warm-up=train.warmup_frames = 1_000_000"
 
 Each --variant is `label=binding;binding...` (gin bindings added to `a2c.gin` in bfloat16 with a
@@ -11,7 +11,8 @@ constant rate). Trains each variant for --frames frames per seed, then counts wi
 benchmarks/dead_units.py the ReLU units of each layer still positive on some Pong observation
 (a unit positive on none passes nothing upward and gets no gradient again). A run directory under
 --root that already holds --frames frames is counted again, not retrained.
-Writes benchmarks/results/<name>.{json,png}.
+Writes benchmarks/results/first_layers/first_layer_survival__<name>.{json,png} (without --name:
+first_layer_survival.{json,png}).
 """
 
 import argparse
@@ -75,7 +76,7 @@ def plot(rows: list[dict], labels: list[str], frames: int, path: str) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", required=True, help="directory of the run directories")
-    parser.add_argument("--name", default="first_layer_survival")
+    parser.add_argument("--name", default=None, help="the results' variant name, e.g. 300k")
     parser.add_argument("--frames", type=int, default=300_000)
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--variant", action="append", required=True, help="label=bindings")
@@ -100,7 +101,9 @@ def main():
             row.update({f"{name}_alive": layer["alive"] for name, layer in layers.items()})
             print(row, flush=True)
             rows.append(row)
-    out = os.path.join(ROOT, "benchmarks", "results", args.name)
+    stem = f"first_layer_survival__{args.name}" if args.name else "first_layer_survival"
+    out = os.path.join(ROOT, "benchmarks", "results", "first_layers", stem)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     results_file.write_json(f"{out}.json", {"rows": rows})
     plot(rows, [label for label, _ in variants], args.frames, f"{out}.png")
     print(f"wrote {out}.json, {out}.png")

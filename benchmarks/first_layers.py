@@ -2,8 +2,8 @@
 """Short runs of one config on several games under variants of its first layers (input
 centering, initialization, ...): does the network keep telling frames apart, and does it learn?
 
-    .venv/bin/python benchmarks/first_layers.py --root=runs/first_layers --config=a2c.gin \
-        --games=breakout,pong --frames=4000000 \
+    .venv/bin/python benchmarks/first_layers.py --root=runs/first_layers --name=a2c \
+        --config=a2c.gin --games=breakout,pong --frames=4000000 \
         --base="set_precision.policy = 'mixed_bfloat16';train.decay_learning_rate = False" \
         --variant="glorot=" \
         --variant="ortho=a3c_torso.orthogonal_init = True;PolicyValueNetwork.orthogonal_init = True"
@@ -14,8 +14,8 @@ already holds them is read, not retrained; with --train an unfinished one resume
 it is read as far as it went), then reads its
 metrics.csv (the score, the spread of the network's output over a batch, explained variance,
 entropy) and counts with benchmarks/dead_units.py the ReLU units still positive on some frame of
-random play. Writes benchmarks/results/<name>.{json,png}: a panel per game with a curve per
-variant, and a row per run.
+random play. Writes benchmarks/results/first_layers/first_layers__<name>.{json,png} (without
+--name: first_layers.{json,png}): a panel per game with a curve per variant, and a row per run.
 """
 
 import argparse
@@ -94,7 +94,7 @@ def plot(rows: list[dict], games: list[str], path: str) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", required=True, help="directory of the run directories")
-    parser.add_argument("--name", default="first_layers")
+    parser.add_argument("--name", default=None, help="the results' variant name, e.g. a2c")
     parser.add_argument("--config", default="a2c.gin")
     parser.add_argument("--games", default="breakout,pong")
     parser.add_argument("--frames", type=int, default=4_000_000)
@@ -121,7 +121,9 @@ def main():
             row.update({f"{name}_alive": layer["alive"] for name, layer in layers.items()})
             print({k: v for k, v in row.items() if k != "curve"}, flush=True)
             rows.append(row)
-    out = os.path.join(ROOT, "benchmarks", "results", args.name)
+    stem = f"first_layers__{args.name}" if args.name else "first_layers"
+    out = os.path.join(ROOT, "benchmarks", "results", "first_layers", stem)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     results_file.write_json(f"{out}.json", {"config": args.config, "base": base, "rows": rows})
     plot(rows, games, f"{out}.png")
     print(f"wrote {out}.json, {out}.png")

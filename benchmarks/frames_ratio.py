@@ -2,13 +2,15 @@
 """How many frames a run needs to reach a reference run's score, as a ratio (the large-batch
 target: C51 at batch 256 reaching the batch-32 score in at most 1.25x the frames).
 
-    .venv/bin/python benchmarks/frames_ratio.py --run=c51_b256_pong --reference=c51_pong \
+    .venv/bin/python benchmarks/frames_ratio.py --run=c51/b256_pong_bf16 --reference=c51/pong_bf16 \
         --max_ratio=1.25
 
-Both names are summaries written by benchmarks/summarize_run.py (benchmarks/results/<name>.json,
-which keep their curves). The score to reach is the reference's final score (the mean of its last
-20 full games when it ended) unless --score is given; for each run, the frames are those of the
-first log row whose score is at least that. Writes benchmarks/results/<run>_vs_<reference>.json.
+Both names are summaries written by benchmarks/summarize_run.py (`<algorithm>/<run>`, the file
+benchmarks/results/learning/<name>.json, which keeps its curve). The score to reach is the
+reference's final score (the mean of its last 20 full games when it ended) unless --score is
+given; for each run, the frames are those of the first log row whose score is at least that.
+Writes benchmarks/results/learning/<run>__vs_<reference>.json, the reference's `/` written as `_`
+(`c51/b256_pong_bf16__vs_c51_pong_bf16.json`).
 """
 
 import argparse
@@ -21,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 from tfaccel.bench import results as results_file  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS = os.path.join(ROOT, "benchmarks", "results", "learning")
 
 
 def load(name: str) -> dict:
@@ -58,7 +60,8 @@ def main():
         "max_ratio": args.max_ratio,
         "met": ratio is not None and ratio <= args.max_ratio,
     }
-    results_file.write_json(os.path.join(RESULTS, f"{args.run}_vs_{args.reference}.json"), document)
+    versus = args.reference.replace("/", "_")
+    results_file.write_json(os.path.join(RESULTS, f"{args.run}__vs_{versus}.json"), document)
     print(json.dumps(document, indent=2))
 
 

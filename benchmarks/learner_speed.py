@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast the Q-value learner trains, against what this CPU can compute.
 
-    .venv/bin/python benchmarks/learner_speed.py --json=benchmarks/results/learner_speed.json
+    .venv/bin/python benchmarks/learner_speed.py --json=benchmarks/results/speed/learner_speed.json
 
 Times one compiled C51 update (the Nature CNN on 104x80x4 Pong frames, 6 actions x 51 atoms,
 Adam, gradient clipping; `dqn.loss` with its target network) on random batches, for batch 32 and

@@ -2,7 +2,7 @@
 """Parameter store overhead: one pull plus one push of the paper's policy-gradient
 network (the A3C torso on 104x80x4 Pong frames, 6 actions), median over repeats.
 
-    .venv/bin/python benchmarks/param_store.py --json=benchmarks/results/param_store.json
+    .venv/bin/python benchmarks/param_store.py --json=benchmarks/results/speed/param_store.json
 
 Also with a second process pushing into the same store at the same time (contention on the
 chunk locks). Target: a pull plus a push <= 1 ms.

@@ -6,7 +6,8 @@
 #   RUN=/tmp/my_run benchmarks/pong.sh a2c.gin
 # The script runs from the checkout root, so RUN (default runs/<config>_pong) and any other
 # relative path are taken from there.
-# Then: .venv/bin/python benchmarks/summarize_run.py --run_dir=$RUN --name=<name> --target=18
+# Then: .venv/bin/python benchmarks/summarize_run.py --run_dir=$RUN --name=<algorithm>/<run> --target=18
+# (writes benchmarks/results/learning/<algorithm>/<run>.{json,png}; e.g. --name=ppo/pong)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=${1:?usage: benchmarks/pong.sh <config.gin> [bin/train flags]}

@@ -2,7 +2,7 @@
 """A 32-env Atari pool stepped for minutes: start time, memory and /dev/shm over time.
 
     .venv/bin/python benchmarks/pool_soak.py --seconds=300 \
-        --json=benchmarks/results/pool_soak.json --plot=benchmarks/results/pool_soak.png
+        --json=benchmarks/results/soak/pool_soak.json --plot=benchmarks/results/soak/pool_soak.png
 
 Memory is the resident set (VmRSS) of the caller plus every worker, sampled every few seconds;
 "flat" means the last sample is within 5% of the first one taken after the warm-up.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long the networks take to turn a batch of uint8 frames into their first layer's input.
 
-    .venv/bin/python benchmarks/preprocessing_speed.py --json=benchmarks/results/preprocessing_speed.json
+    .venv/bin/python benchmarks/preprocessing_speed.py --json=benchmarks/results/speed/preprocessing_speed.json
 
 For 512 Pong observations (104x80x4, the online and target inputs of a batch-256 update) in
 float32 and bfloat16: scaling to [0, 1] and centering each frame (`CenterFrames`), written with

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Replay memory and batch assembly: bytes per stored frame, and the time to sample.
 
-    .venv/bin/python benchmarks/replay_memory.py --json=benchmarks/results/replay_memory.json \
-        --plot=benchmarks/results/replay_memory.png
+    .venv/bin/python benchmarks/replay_memory.py --json=benchmarks/results/speed/replay_memory.json \
+        --plot=benchmarks/results/speed/replay_memory.png
 
 For each capacity a fresh process fills a `ReplayBuffer` of 104x80 frames (32 envs, 3-step,
 prioritized) with random frames and measures how much its resident memory grew; the target is

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Memory and time to restore a checkpointed replay (`checkpoint_replay = True`).
 
-    .venv/bin/python benchmarks/replay_restore.py --json=benchmarks/results/replay_restore.json
+    .venv/bin/python benchmarks/replay_restore.py --json=benchmarks/results/speed/replay_restore.json
 
 Fills the two groups' buffers of a Q-value run (16 envs each, 104x80 frames, 3-step,
 prioritized; `--capacity` transitions in all) with random frames, saves them as the trainer does
-(`off_policy._save_replays`), then restores the file in a fresh process per way of reading it:
+(`replay_files.save`), then restores the file in a fresh process per way of reading it:
 
-- `blocks`: as the trainer reads it (`off_policy._restore_replays`): each group's frames copied
+- `blocks`: as the trainer reads it (`replay_files.restore`): each group's frames copied
   from the file block by block into the buffer;
 - `whole`: each group's arrays read whole from the file, then copied in (how it read before).
 
@@ -54,7 +54,7 @@ def _buffers(capacity: int, seed: int = 0):
 
 
 def fill_and_save(capacity: int, directory: str) -> None:
-    from tfaccel import off_policy
+    from tfaccel import replay_files
 
     rng = np.random.default_rng(0)
     observations = rng.integers(0, 256, (8, ENVS, *FRAME, 4), dtype=np.uint8)
@@ -66,17 +66,17 @@ def fill_and_save(capacity: int, directory: str) -> None:
                 observations[t % 8], rng.integers(0, 6, ENVS), zeros, np.zeros(ENVS, bool),
                 np.zeros(ENVS, bool), observations[t % 8],
             )  # fmt: skip
-    assert off_policy._save_replays(directory, capacity, buffers, log=None)
+    assert replay_files.save(directory, capacity, buffers, log=None)
 
 
 def restore(capacity: int, directory: str, how: str) -> dict:
-    from tfaccel import off_policy
+    from tfaccel import replay_files
 
     buffers = _buffers(capacity, seed=7)
-    path = off_policy._replay_path(directory, capacity)
+    path = replay_files.path(directory, capacity)
     start = time.perf_counter()
     if how == "blocks":
-        assert off_policy._restore_replays(directory, f"{directory}/ckpt-{capacity}", buffers)
+        assert replay_files.restore(directory, f"{directory}/ckpt-{capacity}", buffers)
     else:
         with np.load(path, allow_pickle=False) as archive:
             for g, buffer in enumerate(buffers):

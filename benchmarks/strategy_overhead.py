@@ -2,7 +2,7 @@
 """Overhead of MirroredStrategy on one device against no strategy: the time of one
 A2C update of the paper's network on Pong-sized batches, interleaved repeats, median.
 
-    .venv/bin/python benchmarks/strategy_overhead.py --json=benchmarks/results/strategy_overhead.json
+    .venv/bin/python benchmarks/strategy_overhead.py --json=benchmarks/results/speed/strategy_overhead.json
 
 Target: `mirrored` on one device within 5% of no strategy at batch >= 256 on CPU.
 """

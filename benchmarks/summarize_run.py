@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """A training run's learning curve and figures, from its metrics.csv, as JSON and PNG.
 
-    .venv/bin/python benchmarks/summarize_run.py --run_dir=runs/a2c_pong --name=a2c_pong \
+    .venv/bin/python benchmarks/summarize_run.py --run_dir=runs/a2c_pong --name=a2c/pong \
         --target=18 --train_command="benchmarks/pong.sh a2c.gin"
 
-Writes benchmarks/results/<name>.json (the final and best score as the mean of the last 20 full
+`--name` is `<algorithm>/<run>` (a2c, a3c, ppo, dqn, c51, rainbow; benchmarks/README.md). Writes
+benchmarks/results/learning/<name>.json (the final and best score as the mean of the last 20 full
 games, frames and wall time to reach the target, steps/s and its env/inference/learning split,
 and the curve itself, so runs can be compared after their run directories are gone:
-benchmarks/frames_ratio.py) and benchmarks/results/<name>.png (raw score against frames and
+benchmarks/frames_ratio.py) and benchmarks/results/learning/<name>.png (raw score against frames and
 against wall time).
 """
 
@@ -24,13 +25,13 @@ sys.path.insert(0, ROOT)
 from tfaccel import plot  # noqa: E402
 from tfaccel.bench import results as results_file  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS = os.path.join(ROOT, "benchmarks", "results", "learning")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--name", required=True)
+    parser.add_argument("--name", required=True, help="<algorithm>/<run>, e.g. a2c/pong")
     parser.add_argument("--target", type=float, default=18.0)
     parser.add_argument(
         "--train_command", default=None, help="the command that made the run, kept in the JSON"
@@ -68,10 +69,11 @@ def main():
     }
     if args.train_command:
         summary["train_command"] = args.train_command
-    os.makedirs(RESULTS, exist_ok=True)
-    results_file.write_json(os.path.join(RESULTS, f"{args.name}.json"), summary)
+    out = os.path.join(RESULTS, args.name)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    results_file.write_json(f"{out}.json", summary)
     # The curve is bin/plot's (tfaccel.plot), as for every curve in benchmarks/.
-    plot.plot([args.run_dir], os.path.join(RESULTS, f"{args.name}.png"), args.name, args.target)
+    plot.plot([args.run_dir], f"{out}.png", args.name, args.target)
     print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=2))
 
 

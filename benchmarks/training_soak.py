@@ -3,20 +3,21 @@
 
 A2C with 64 envs for 30 minutes (the long-run soak):
 
-    .venv/bin/python benchmarks/training_soak.py --name=a2c_soak --minutes=30 \
+    .venv/bin/python benchmarks/training_soak.py --name=a2c --minutes=30 \
         --gin_file=a2c.gin --gin_bindings="train.num_workers = 4" \
         --gin_bindings="train.envs_per_worker = 16"
 
 A replay run through the moment its buffer fills (C51 with a 200k-transition replay):
 
-    .venv/bin/python benchmarks/training_soak.py --name=c51_soak --minutes=30 \
+    .venv/bin/python benchmarks/training_soak.py --name=c51 --minutes=30 \
         --gin_file=categorical_dqn.gin --gin_bindings="train_off_policy.replay_capacity = 200_000"
 
 Memory is the resident set (VmRSS) of the trainer plus every process below it, sampled every
 `--interval` seconds. Growth is measured from the first sample after the warm-up (a quarter of
 the run, and for a replay run not before its buffer is full, read from metrics.csv) to the last.
 After the run: /dev/shm must be back to its size before, and no process of the run may be left.
-Writes `benchmarks/results/<name>.{json,png}`.
+Writes `benchmarks/results/soak/training_soak__<name>.{json,png,log}` (the log is the trainer's
+output).
 """
 
 import argparse
@@ -49,7 +50,7 @@ def replay_full_at(run_dir: str, capacity: int) -> float | None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--name", required=True)
+    parser.add_argument("--name", required=True, help="the results' variant name, e.g. a2c")
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--interval", type=float, default=10)
     parser.add_argument("--gin_file", action="append", default=[])
@@ -74,7 +75,9 @@ def main():
     ]
     shm_before = shm_used_mib()
     begin = time.perf_counter()
-    log_path = os.path.join(ROOT, "benchmarks", "results", f"{args.name}.log")
+    out = os.path.join(ROOT, "benchmarks", "results", "soak", f"training_soak__{args.name}")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    log_path = f"{out}.log"
     with open(log_path, "w") as log:
         trainer = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         samples, seen = [], set()
@@ -113,7 +116,7 @@ def main():
         "processes_left": left,
         "samples": samples,
     }
-    write_json(os.path.join(ROOT, "benchmarks", "results", f"{args.name}.json"), result)
+    write_json(f"{out}.json", result)
     print(
         f"{args.name}: exit {trainer.returncode}; RSS {settled[0]['rss_mib']:.0f} -> "
         f"{settled[-1]['rss_mib']:.0f} MiB ({growth:+.1%}) after {warm:.0f} s; zombies at most "
@@ -136,7 +139,7 @@ def main():
     axes.set_title(f"{args.name}: {growth:+.1%} RSS after warm-up")
     axes.legend()
     figure.tight_layout()
-    figure.savefig(os.path.join(ROOT, "benchmarks", "results", f"{args.name}.png"), dpi=110)
+    figure.savefig(f"{out}.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 K = 1 and 2 asynchronous learners (a3c.gin) against one synchronous learner on the same envs.
 
     .venv/bin/python benchmarks/training_throughput.py --rounds=3 \
-        --json=benchmarks/results/training_throughput.json
+        --json=benchmarks/results/speed/training_throughput.json
     .venv/bin/python benchmarks/training_throughput.py --suite=async --seconds=40 \
-        --json=benchmarks/results/async_throughput.json
+        --json=benchmarks/results/speed/training_throughput__async.json
 
 Each variant runs bin/train for a warm-up (12 s; 25 s for the asynchronous suite, whose learners
 start one after the other) plus `--seconds`, in a fresh process; agent steps/s count every

@@ -97,7 +97,7 @@ def warm_up(
     sign of its gradient; on Atari frames (all pixels >= 0) the weights of a first-layer filter
     mostly share that sign, so a few such steps can push the filter below zero on every input.
     On Pong a warm-up keeps most first-layer channels alive through it, but they are lost later
-    at the full rate (benchmarks/results/first_layer_survival_*.json)."""
+    at the full rate (benchmarks/results/first_layers/first_layer_survival__*.json)."""
     if updates <= 0:
         return learning_rate
     return _WarmUp(learning_rate, int(updates))

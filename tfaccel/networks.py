@@ -69,8 +69,8 @@ def choose_precision(cpu_flags=_cpu_flags, gpus=_gpu_capabilities) -> tuple[str,
     """The faster precision on this machine and why: `mixed_bfloat16` on GPUs of compute
     capability 8.0 and newer and on CPUs with AMX, `float32` elsewhere. Measured with
     benchmarks/learner_speed.py, a C51 update at batch 256 on 2 cores: AMX 84 -> 44 ms in
-    bfloat16 (learner_speed_amx.json); AVX-512 BF16 without AMX 128 -> 181 ms, slower
-    (learner_speed_avx512.json); AVX2 several times slower (learner_speed_avx2.json).
+    bfloat16 (learner_speed__amx.json); AVX-512 BF16 without AMX 128 -> 181 ms, slower
+    (learner_speed__avx512.json); AVX2 several times slower (learner_speed__avx2.json).
     `cpu_flags` and `gpus` read this machine; tests pass others."""
     devices = gpus()
     if devices:
@@ -89,8 +89,8 @@ def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu
     `mixed_bfloat16` pays on GPUs of compute capability 8.0 and newer and on CPUs with AMX
     (`choose_precision`). With AVX-512 BF16 alone it measured slower than float32; without it
     TensorFlow emulates bfloat16: on a 2-core AVX2 CPU (AMD EPYC) the C51 update at batch 256
-    trained 181 samples/s in bfloat16 against 897 in float32 (learner_speed_avx2.json). `cpu_flags` and `gpus` read this machine;
-    tests pass others.
+    trained 181 samples/s in bfloat16 against 897 in float32 (learner_speed__avx2.json).
+    `cpu_flags` and `gpus` read this machine; tests pass others.
     """
     policy = policy or keras.mixed_precision.global_policy().name
     if policy != "mixed_bfloat16":
@@ -111,7 +111,7 @@ def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu
     if "avx512_bf16" in flags:
         return (
             "mixed_bfloat16 on a CPU with AVX-512 BF16 but no AMX: a C51 update measured 181 ms "
-            f"against 128 in float32 (benchmarks/results/learner_speed_avx512.json); {advice}"
+            f"against 128 in float32 (benchmarks/results/speed/learner_speed__avx512.json); {advice}"
         )
     return (
         "mixed_bfloat16 on a CPU without AVX-512 BF16 or AMX: TensorFlow emulates bfloat16, and "
