@@ -161,19 +161,9 @@ def train_off_policy(
             n_step=n_step, discount=discount, prioritized=prioritized, alpha=priority_alpha,
             assembly_threads=assembly_threads,
         )  # fmt: skip
-
-        def make_network():
-            return networks.QNetwork(
-                pool.spec, torso=torso, dueling=dueling, num_atoms=algorithm.num_atoms
-            )
-
-        def loss_fn(network, batch):
-            return dqn.loss(network, agent.target, batch, algorithm)
-
-        agent = learner.Learner(
-            make_network, loss_fn, lambda: make_optimizer(float(learning_rate)),
-            max_grad_norm=algorithm.max_grad_norm, target_network=True, seed=seed,
-            strategy=strategy,
+        agent = _make_learner(
+            pool.spec, (torso, dueling), algorithm,
+            lambda: make_optimizer(float(learning_rate)), seed, strategy,
         )  # fmt: skip
         act, generator = _compile_act(agent.network, pool.spec, pool.group_size, atoms, seed)
         counters = checkpoint.Counters()
@@ -211,24 +201,13 @@ def train_off_policy(
             total_frames, log_interval_frames, checkpoint_interval_frames, max_wall_seconds,
             "train_off_policy",
         )  # fmt: skip
-
-        def columns() -> dict:
-            return {
-                "epsilon": dqn.epsilon(algorithm, loop.frames // frame_skip),
-                "replay_size": sum(len(replay) for replay in replays),
-                "replay_wait_fraction": learning.wait_seconds / max(loop.learn_seconds, 1e-9),
-                "priority_beta": learning.beta,
-            }
-
         loop = runner.Loop(
-            counters, frame_skip, limits, log, team, sampler, save, columns=columns,
-            note=lambda: f"  replay {sum(len(replay) for replay in replays):,}",
+            counters, frame_skip, limits, log, team, sampler, save, note=learning.note,
+            columns=lambda: learning.columns(
+                dqn.epsilon(algorithm, loop.frames // frame_skip), loop.learn_seconds
+            ),
         )  # fmt: skip
         guards = (NonFiniteGuard(on_nonfinite, agent, saver, log, team), DeadNetworkWatch(log))
-        log.message(
-            f"filling the replay: learning starts when each process holds {min_replay_steps:,} "
-            f"transitions ({pool.num_envs} envs here; {total_frames - loop.frames:,} frames to go)"
-        )
         return _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, guards)
 
 
@@ -243,6 +222,11 @@ def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, gua
         cleanup.enter_context(saved_on(PoolError, loop.save_if_behind))
         if loop.complete():
             return loop.finish(stop)
+        loop.log.message(
+            f"filling the replay: learning starts when each process holds {min_replay_steps:,} "
+            f"transitions ({sampler.pool.num_envs} envs here; "
+            f"{loop.limits.total_frames - loop.frames:,} frames to go)"
+        )
         while not loop.should_stop(stop):
             steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
             sampler.step(dqn.epsilon(algorithm, steps))
@@ -275,6 +259,19 @@ class _ReplayLearning:
         self.due = 0.0  # train steps owed to the replay ratio
         self.wait_seconds = 0.0  # waiting for batches
         self._prefetcher = None
+
+    def columns(self, epsilon: float, learn_seconds: float) -> dict:
+        """The off-policy columns of a metrics row."""
+        return {
+            "epsilon": epsilon,
+            "replay_size": sum(len(replay) for replay in self.replays),
+            "replay_wait_fraction": self.wait_seconds / max(learn_seconds, 1e-9),
+            "priority_beta": self.beta,
+        }
+
+    def note(self) -> str:
+        """What the progress line shows after the score."""
+        return f"  replay {sum(len(replay) for replay in self.replays):,}"
 
     def draw(self) -> tuple[np.ndarray, list[int], ReplayBatch]:
         batch, shares = _sample(self.replays, self.batch_size, self.beta)
@@ -313,6 +310,24 @@ class _ReplayLearning:
             ):
                 replay.update_priorities(part, value)
         return metrics
+
+
+def _make_learner(spec, torso, algorithm, make_optimizer, seed, strategy) -> learner.Learner:
+    """The learner of a Q-value network with a target network (`torso`: the torso factory and
+    whether the heads are dueling)."""
+    torso, dueling = torso
+
+    def make_network():
+        return networks.QNetwork(spec, torso=torso, dueling=dueling, num_atoms=algorithm.num_atoms)
+
+    def loss_fn(network, batch):
+        return dqn.loss(network, agent.target, batch, algorithm)
+
+    agent = learner.Learner(
+        make_network, loss_fn, make_optimizer, max_grad_norm=algorithm.max_grad_norm,
+        target_network=True, seed=seed, strategy=strategy,
+    )  # fmt: skip
+    return agent
 
 
 def _make_replays(pool, capacity, num_groups, batch_size, min_replay_steps, seed, **options):

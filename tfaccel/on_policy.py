@@ -113,41 +113,16 @@ def train(
     with runner.make_pool(
         env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
     ) as pool:
-        # The schedule counts optimizer steps: PPO takes epochs x minibatches of them per rollout.
         frames_per_rollout = frame_skip * horizon * pool.group_size * learners
-        steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
-        decay = (
-            learner.linear_decay(
-                learning_rate, -(-total_frames // frames_per_rollout) * steps_per_rollout
-            )  # over every rollout the run takes, the last one part-way too
-            if decay_learning_rate
-            else None
-        )
-        warmup_steps = warmup_frames // frames_per_rollout * steps_per_rollout
-        schedule = learner.warm_up(decay or float(learning_rate), warmup_steps)
-
-        def algorithm_loss(network, batch):
-            if not anneal_clip:
-                return loss_fn(network, batch, algorithm)
-            # 1 -> 0 with the decay (not the warm-up): the clip starts at its full value
-            progress = decay(agent.optimizer.iterations) / learning_rate if decay else 1.0
-            return loss_fn(network, batch, algorithm, clip=algorithm.clip * progress)
-
-        agent = learner.Learner(
-            lambda: (network or functools.partial(networks.PolicyValueNetwork, torso=torso))(
-                pool.spec
-            ),
-            algorithm_loss,
-            lambda: make_optimizer(schedule),
-            max_grad_norm=getattr(algorithm, "max_grad_norm", 0.0),
-            prepare_fn=prepare_fn
-            and (lambda network, batch: prepare_fn(network, batch, algorithm)),
-            epochs=getattr(algorithm, "epochs", 1),
-            minibatches=getattr(algorithm, "minibatches", 1),
-            seed=seed,
-            strategy=strategy,
-            batch_axes=Rollout.env_axes(),
-        )
+        schedule = _schedule(
+            learning_rate, decay_learning_rate, warmup_frames, total_frames, frames_per_rollout,
+            algorithm,
+        )  # fmt: skip
+        make_network = network or functools.partial(networks.PolicyValueNetwork, torso=torso)
+        agent = _make_learner(
+            lambda: make_network(pool.spec), (loss_fn, prepare_fn, anneal_clip), algorithm,
+            lambda: make_optimizer(schedule.rate), schedule, seed, strategy,
+        )  # fmt: skip
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
         counters = checkpoint.Counters()
         saver = checkpoint.Checkpointer(
@@ -177,6 +152,60 @@ def train(
                            columns=lambda: {"learning_rate": agent.learning_rate})  # fmt: skip
         guard = NonFiniteGuard(on_nonfinite, agent, saver, log, team)
         return _loop(loop, sampler, agent, team, guard, log)
+
+
+class _Schedule:
+    """The learning rate of an on-policy run: `rate` (what the optimizer takes: a float or a
+    schedule of optimizer steps), `initial` (the rate set) and `decay` (the linear decay alone,
+    without the warm-up; None when the rate is constant), which PPO's clip annealing follows."""
+
+    def __init__(self, rate, initial: float, decay):
+        self.rate, self.initial, self.decay = rate, initial, decay
+
+
+def _schedule(learning_rate, decay, warmup_frames, total_frames, frames_per_rollout, algorithm):
+    """The run's learning rate (`_Schedule`). It counts optimizer steps: PPO takes epochs x
+    minibatches of them per rollout of `frames_per_rollout` env frames (every learner's)."""
+    steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
+    decay_fn = (
+        learner.linear_decay(
+            learning_rate, -(-total_frames // frames_per_rollout) * steps_per_rollout
+        )  # over every rollout the run takes, the last one part-way too
+        if decay
+        else None
+    )
+    warmup_steps = warmup_frames // frames_per_rollout * steps_per_rollout
+    rate = learner.warm_up(decay_fn or float(learning_rate), warmup_steps)
+    return _Schedule(rate, learning_rate, decay_fn)
+
+
+def _make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedule, seed,
+                  strategy) -> learner.Learner:  # fmt: skip
+    """The learner of an on-policy algorithm: `algorithm_fns` are its loss, its `prepare_fn`
+    (or None) and whether the loss's clip anneals with the learning rate's decay (PPO's)."""
+    loss_fn, prepare_fn, anneal_clip = algorithm_fns
+    decay, initial = schedule.decay, schedule.initial
+
+    def algorithm_loss(network, batch):
+        if not anneal_clip:
+            return loss_fn(network, batch, algorithm)
+        # 1 -> 0 with the decay (not the warm-up): the clip starts at its full value
+        progress = decay(agent.optimizer.iterations) / initial if decay else 1.0
+        return loss_fn(network, batch, algorithm, clip=algorithm.clip * progress)
+
+    agent = learner.Learner(
+        make_network,
+        algorithm_loss,
+        make_optimizer,
+        max_grad_norm=getattr(algorithm, "max_grad_norm", 0.0),
+        prepare_fn=prepare_fn and (lambda network, batch: prepare_fn(network, batch, algorithm)),
+        epochs=getattr(algorithm, "epochs", 1),
+        minibatches=getattr(algorithm, "minibatches", 1),
+        seed=seed,
+        strategy=strategy,
+        batch_axes=Rollout.env_axes(),
+    )
+    return agent
 
 
 def _check_rollout(horizon: int, samples_per_step: int, algorithm) -> None:

@@ -309,44 +309,65 @@ def train_async(
     # them and cleans up (killed by SIGTERM's default action, it would leave that to the learners'
     # orphan watch and to multiprocessing's resource tracker). A signal while they start: the
     # rest are not started, and the started ones are told (one may have missed the forward).
-    sync, started = None, []
+    started = []
     try:
         with StopRequest(on_signal=lambda: _terminate(started)) as stop:
-            for process in processes:
-                if stop.signal_name:
-                    break
-                with _started_ignoring_ctrl_c():
-                    process.start()
-                started.append(process)
-            processes = started
-            if stop.signal_name:
-                _terminate(processes)
-            if not processes:  # stopped before the first started
-                failed = None
-            elif strategy is None:
-                failed = _wait(processes)
-            elif (store := _attach_when_ready(name, locks, ready, processes)) is None:
-                # Learner 0 ended before it created the store (a signal while it started, or
-                # a failure): this machine takes no round; the others time out and say so.
-                failed = _wait(processes) or (0, processes[0].exitcode)
-            else:
-                sync = machines.MachineSync(strategy, store)
-                try:
-                    failed = _wait_in_rounds(processes, sync, store, sync_period_seconds)
-                except BaseException:  # a machine died (a collective failed): stop ours, say so
-                    _stop_all(processes)
-                    raise
-                finally:
-                    store.close(unlink=False)
+            _start(processes, started, stop)
+            failed, sync = _supervise(started, strategy, (name, locks, ready), sync_period_seconds)
     finally:
         _unlink(name)
+    return _outcome(stop, failed, _drain(results), sync)
+
+
+def _start(processes, started: list, stop) -> None:
+    """Starts `processes` one by one into `started`, unless a stop signal comes first (then the
+    ones started are told to stop)."""
+    for process in processes:
+        if stop.signal_name:
+            break
+        with _started_ignoring_ctrl_c():
+            process.start()
+        started.append(process)
+    if stop.signal_name:
+        _terminate(started)
+
+
+def _supervise(processes, strategy, store_args, sync_period_seconds):
+    """Waits for the learners to end (with several machines, syncing this machine's store with
+    the others' meanwhile); returns the first failure, `(index, exit code)` or None, and the
+    machines' `MachineSync` (None: one machine, or no round taken)."""
+    if not processes:  # stopped before the first started
+        return None, None
+    if strategy is None:
+        return _wait(processes), None
+    name, locks, ready = store_args
+    if (store := _attach_when_ready(name, locks, ready, processes)) is None:
+        # Learner 0 ended before it created the store (a signal while it started, or a
+        # failure): this machine takes no round; the others time out and say so.
+        return _wait(processes) or (0, processes[0].exitcode), None
+    sync = machines.MachineSync(strategy, store)
+    try:
+        return _wait_in_rounds(processes, sync, store, sync_period_seconds), sync
+    except BaseException:  # a machine died (a collective failed): stop ours, say so
+        _stop_all(processes)
+        raise
+    finally:
+        store.close(unlink=False)
+
+
+def _drain(results) -> dict:
+    """The learners' summaries (or errors) they put on the `results` queue, by learner index."""
     summaries = {}
     while True:
         try:
             index, summary = results.get(timeout=1.0)
         except queue.Empty:
-            break
+            return summaries
         summaries[index] = summary
+
+
+def _outcome(stop, failed, summaries: dict, sync) -> dict:
+    """The run's summary (the chief's), or a `LearnerFailed` for a learner that failed."""
     if stop.signal_name and (
         not failed or ("error" not in summaries.get(failed[0], {}) and failed[1] != -signal.SIGKILL)
     ):
