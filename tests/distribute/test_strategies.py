@@ -16,7 +16,7 @@ from tfaccel.distribute import asynchronous, strategies
 from tfaccel.distribute.param_store import ParameterStore
 from tfaccel.types import Rollout
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_fresh(code: str) -> str:
