@@ -62,6 +62,17 @@ def test_a_damaged_checkpoint_list_is_rebuilt_from_the_files(tmp_path):
     (tmp_path / "checkpoint").write_bytes(b"\x00not a text proto {{{")
     saver, variable = saver_at(tmp_path, -1)
     assert saver.restore().endswith("ckpt-300") and variable.numpy() == 300.0
+    # The resumed run's saves still prune the checkpoints the lost list named (they were
+    # orphaned, never removed), and a damaged newest one still falls back to those before it.
+    for number in (400, 500):
+        variable.assign(float(number))
+        saver.save(number)
+    indexes = sorted(name for name in os.listdir(tmp_path) if name.endswith(".index"))
+    assert indexes == ["ckpt-300.index", "ckpt-400.index", "ckpt-500.index"]
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(("ckpt-100", "ckpt-200"))]
+    damage(tmp_path, 500)
+    again, restored = saver_at(tmp_path, -1)
+    assert again.restore().endswith("ckpt-400") and restored.numpy() == 400.0
 
 
 def test_a_failed_save_names_the_surviving_checkpoint(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -300,3 +301,46 @@ def test_the_policy_file_says_in_words_how_observations_are_made(tmp_path):
     assert "last two frames of the skip" in pipeline["max_pool"]
     assert "oldest first" in pipeline["stack"] and "zeros" in pipeline["stack"]
     assert {"reset", "crop", "frame_skip", "sticky_actions", "scaling"} <= set(pipeline)
+
+
+@pytest.mark.parametrize(
+    "where, value, message",
+    [
+        (("num_actions",), "6", 'num_actions is "6", which is not a whole number'),
+        (("observation", "shape"), [84, "84", 4], 'observation.shape is [84, "84", 4]'),
+        (("head",), "logit", 'head is "logit"; one of'),
+        (
+            ("preprocessing", "frame_skip"),
+            4.5,
+            "preprocessing.frame_skip is 4.5, which is not a whole",
+        ),
+        (
+            ("preprocessing", "max_pool"),
+            "yes",
+            'preprocessing.max_pool is "yes", which is not true',
+        ),
+        (
+            ("preprocessing", "sticky_action_prob"),
+            True,
+            "sticky_action_prob is true, which is not a number",
+        ),
+    ],
+)
+def test_a_policy_file_with_a_field_of_the_wrong_type_is_one_line(
+    pong_policy, tmp_path, where, value, message
+):
+    """A hand-edited or foreign tfaccel_policy.json failed deep in the client with a traceback."""
+    import shutil
+
+    copy = tmp_path / "policy"
+    shutil.copytree(pong_policy[1], copy)
+    metadata = json.loads((copy / "tfaccel_policy.json").read_text())
+    entry = metadata
+    for key in where[:-1]:
+        entry = entry[key]
+    entry[where[-1]] = value
+    (copy / "tfaccel_policy.json").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        policy_client.read_metadata(str(copy))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        export.load_policy(str(copy))

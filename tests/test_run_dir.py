@@ -1,5 +1,11 @@
 """Resuming a run directory: its settings read as text, and what changed since."""
 
+import os
+import subprocess
+import sys
+
+import pytest
+
 from tests.fakes import Log
 from tfaccel import run_dir
 
@@ -60,3 +66,49 @@ def test_a_resume_keeps_the_previous_settings_and_warns_only_when_they_changed(t
     assert (tmp_path / "operative_config.4000.gin").read_text() == BEFORE  # the first, kept
     assert (tmp_path / "operative_config.4000-2.gin").read_text() == second
     assert "operative_config.4000-2.gin" in log.messages[2]
+
+
+def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"from tfaccel import run_dir; run_dir.take_lock({str(tmp_path)!r}); print('held', "
+         "flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(
+            ValueError, match=rf"is being trained by another process \(pid {holder.pid}:"
+        ):
+            run_dir.take_lock(str(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    run_dir.take_lock(str(tmp_path))  # its process gone, the lock went with it
+    run_dir.take_lock(str(tmp_path))  # this process again (a second run in one kernel): fine
+    assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()}: ")
+    run_dir.release_lock(str(tmp_path))
+
+
+def test_a_run_directory_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    def refused(path, *args):  # as a read-only mount or another user's directory answers
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "open", refused)
+    with pytest.raises(ValueError, match=r"cannot write to the run directory .* \(Permission denied\)"):
+        run_dir.take_lock(str(tmp_path))
+
+
+def test_only_a_run_directory_with_nothing_trained_is_removed(tmp_path):
+    empty = tmp_path / "empty"
+    (empty / "tb").mkdir(parents=True)
+    (empty / "metrics.csv").write_text("env_frames,agent_steps\n")
+    assert run_dir.remove_if_unused(str(empty)) and not empty.exists()
+    logged = tmp_path / "logged" / "learner-1"
+    logged.mkdir(parents=True)
+    (logged / "metrics.csv").write_text("env_frames,agent_steps\n400,100\n")
+    assert not run_dir.remove_if_unused(str(tmp_path / "logged"))
+    saved = tmp_path / "saved" / "checkpoints"
+    saved.mkdir(parents=True)
+    (saved / "checkpoint").write_text('model_checkpoint_path: "ckpt-400"\n')
+    assert not run_dir.remove_if_unused(str(tmp_path / "saved")) and saved.exists()

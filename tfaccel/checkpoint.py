@@ -58,6 +58,7 @@ class Checkpointer:
         self.directory, self._trackables = directory, trackables
         self.checkpoint = tf.train.Checkpoint(**trackables)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+        self._keep = keep
         self.skipped: list[tuple[str, str]] = []
 
     def restore(self) -> str | None:
@@ -72,9 +73,9 @@ class Checkpointer:
         """
         self.skipped = []
         _remove_unfinished(self.directory)
-        # TensorFlow ignores a damaged or missing list file (it would start afresh over the
-        # checkpoints): then the checkpoints are found by their index files.
-        listed = list(self.manager.checkpoints) or _found(self.directory)
+        # The checkpoints are found by their index files, not by TensorFlow's list file, which
+        # a damaged or lost copy leaves empty or short (it would start afresh over them).
+        listed = _found(self.directory)
         for path in reversed(listed):
             try:
                 status = self.checkpoint.restore(path)
@@ -127,6 +128,9 @@ class Checkpointer:
                 f"cannot write checkpoint ckpt-{number} in {self.directory} "
                 f"({type(error).__name__}: {_first_line(error)}); {kept}"
             ) from error
+        # Older checkpoints go by their files too: the manager forgets those its list lost.
+        for old in _found(self.directory)[: -self._keep]:
+            _remove(glob.glob(f"{old}.*"))
         return os.path.basename(path)
 
 

@@ -88,7 +88,57 @@ def read_metadata(policy_dir: str) -> dict:
             f"{path} has format version {metadata['format_version']}; this client reads up to "
             f"{FORMAT_VERSION}: use a newer policy_client.py"
         )
+    _check_types(metadata, path)
     return metadata
+
+
+# The fields a client reads, by the JSON type each must have (int: a whole number; float: any
+# number). `preprocessing` is null for a policy of a non-Atari env.
+_TYPES = {"num_actions": int, "head": str, "observation": dict}
+_OBSERVATION_TYPES = {"shape": list, "dtype": str}
+_PREPROCESSING_TYPES = {
+    "game": str, "frame_skip": int, "max_pool": bool, "crop_top": int, "crop_bottom": int,
+    "height": int, "width": int, "stack": int, "noop_max": int, "fire_on_reset": bool,
+    "sticky_action_prob": float, "max_agent_steps": int, "action_names": list,
+}  # fmt: skip
+
+
+def _check_types(metadata: dict, path: str) -> None:
+    """Raises a one-line ValueError naming the first field of `metadata` of the wrong type (a
+    hand edit, another program's file): it would fail deep inside the client otherwise."""
+
+    def wrong(value, wanted) -> bool:
+        if wanted in (int, float):  # JSON's true and false are not numbers here
+            return isinstance(value, bool) or not isinstance(
+                value, int if wanted is int else (int, float)
+            )
+        return not isinstance(value, wanted)
+
+    def check(entries: dict, types: dict, where: str) -> None:
+        for key, wanted in types.items():
+            if key in entries and wrong(entries[key], wanted):  # a missing one: where needed
+                raise ValueError(
+                    f"{path}: {where}{key} is {json.dumps(entries[key])}, which is not "
+                    f"{_JSON_NAMES[wanted]}"
+                )
+
+    check(metadata, _TYPES, "")
+    check(metadata["observation"] if isinstance(metadata.get("observation"), dict) else {},
+          _OBSERVATION_TYPES, "observation.")  # fmt: skip
+    shape = metadata.get("observation", {}).get("shape", [])
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in shape):
+        raise ValueError(f"{path}: observation.shape is {json.dumps(shape)}: sizes must be > 0")
+    if metadata.get("head") not in (None, *HEADS):
+        raise ValueError(f"{path}: head is {json.dumps(metadata['head'])}; one of {list(HEADS)}")
+    preprocessing = metadata.get("preprocessing")
+    if preprocessing is not None:
+        if not isinstance(preprocessing, dict):
+            raise ValueError(f"{path}: preprocessing must be an object or null")
+        check(preprocessing, _PREPROCESSING_TYPES, "preprocessing.")
+
+
+_JSON_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "a string",
+               list: "a list", dict: "an object"}  # fmt: skip
 
 
 class Policy:

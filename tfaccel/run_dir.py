@@ -8,6 +8,7 @@ names registered, so a run directory written by an older version is read, not re
 from __future__ import annotations
 
 import os
+import sys
 import time
 import tokenize
 
@@ -24,12 +25,81 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     line (`networks.set_precision`), and a warning if this machine only emulates it."""
     run_dir = team.run_dir(root_dir)
     os.makedirs(run_dir, exist_ok=True)
+    take_lock(run_dir)
     quiet = None if team.chief else open(os.devnull, "w")
     log = MetricsLogger(run_dir, stream=quiet)
     log.message(precision)
     if warning := networks.precision_warning():
         log.message(f"warning: {warning}")
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+
+
+LOCK = ".lock"  # in a run directory: the pid of the process that trains it
+_held: dict[str, int] = {}  # run directory (real path) -> the open lock file this process holds
+
+
+def take_lock(run_dir: str) -> None:
+    """Takes the run directory's lock for this process (until it exits), so that a second
+    command on the same directory (a scheduler's requeue while the first job still runs, a
+    second terminal) stops at once instead of interleaving its rows and checkpoints with the
+    first's. An advisory `flock`: the kernel drops it when the process dies, however it dies.
+
+    Raises:
+        ValueError: another process holds it (naming that process), or the directory cannot be
+            written.
+    """
+    import fcntl
+
+    key = os.path.realpath(run_dir)
+    if key in _held:  # this process trains it again (a second run in one notebook kernel)
+        return
+    path = os.path.join(run_dir, LOCK)
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise ValueError(
+            f"cannot write to the run directory {run_dir} ({error.strerror}): give a --root_dir "
+            "this user can write to, or make it writable"
+        ) from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise ValueError(
+            f"{run_dir} is being trained by another process ({holder}): wait for it to end or "
+            "stop it, or give another --root_dir"
+        ) from None
+    os.ftruncate(descriptor, 0)
+    command = " ".join(os.path.basename(arg) if i == 0 else arg for i, arg in enumerate(sys.argv))
+    os.pwrite(descriptor, f"pid {os.getpid()}: {command[:150]}\n".encode(), 0)
+    _held[key] = descriptor
+
+
+def release_lock(run_dir: str) -> None:
+    """Lets go of the run directory's lock, if this process holds it."""
+    descriptor = _held.pop(os.path.realpath(run_dir), None)
+    if descriptor is not None:
+        os.close(descriptor)
+
+
+def remove_if_unused(root_dir: str) -> bool:
+    """Removes `root_dir` (which this command created) when nothing was trained into it: no
+    checkpoint and no row of metrics in it or below it (a run whose settings were rejected once
+    it had made its directory). Returns whether it did."""
+    import shutil
+
+    for folder, _, files in os.walk(root_dir):
+        if "checkpoint" in files:
+            return False
+        if "metrics.csv" in files:
+            with open(os.path.join(folder, "metrics.csv")) as handle:
+                if len(handle.read().splitlines()) > 1:
+                    return False
+    for folder, _, _ in os.walk(root_dir):
+        release_lock(folder)
+    shutil.rmtree(root_dir, ignore_errors=True)
+    return True
 
 
 def publish_policy(

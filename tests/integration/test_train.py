@@ -652,10 +652,37 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
 )
 def test_user_errors_end_with_one_line(tmp_path, args, message):
     toy = any(arg.startswith("--gin_file=catch") for arg in args)  # an algorithm config itself
-    result = train(tmp_path, *([] if toy else SMOKE), *args, timeout=120)
+    result = train(tmp_path / "run", *([] if toy else SMOKE), *args, timeout=120)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()  # nothing trained: no run directory left behind
+
+
+def test_a_second_command_on_a_run_directory_in_training_stops_with_one_line(tmp_path):
+    first = subprocess.Popen(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
+         "--gin_bindings=train.total_frames = 10_000_000"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while not logged_frames(tmp_path):
+            assert time.time() < deadline and first.poll() is None, first.stderr.read()
+            time.sleep(0.5)
+        rows_before = len(rows(tmp_path))
+        second = train(tmp_path, *SMOKE, timeout=120)
+        assert second.returncode == 1, second.stderr[-2000:]
+        last = second.stderr.strip().splitlines()[-1]
+        assert f"{tmp_path} is being trained by another process (pid {first.pid}:" in last, last
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None  # the first goes on, its log its own
+        assert len(rows(tmp_path)) >= rows_before
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(120)
+    again = train(tmp_path, *SMOKE, "--gin_bindings=train.total_frames = 1")  # the lock is free
+    assert again.returncode == 0 and "the run is complete" in again.stdout, again.stderr[-2000:]
 
 
 def test_no_algorithm_config_or_a_file_as_run_directory_ends_with_one_line(tmp_path):
