@@ -95,7 +95,9 @@ def test_a_run_directory_that_cannot_be_written_is_one_line(tmp_path, monkeypatc
         raise PermissionError(13, "Permission denied", path)
 
     monkeypatch.setattr(os, "open", refused)
-    with pytest.raises(ValueError, match=r"cannot write to the run directory .* \(Permission denied\)"):
+    with pytest.raises(
+        ValueError, match=r"cannot write to the run directory .* \(Permission denied\)"
+    ):
         run_dir.take_lock(str(tmp_path))
 
 

@@ -121,3 +121,23 @@ def test_a_lock_a_killed_learner_held_is_named_not_waited_on_forever():
         assert time.monotonic() - started < 5
     finally:
         store.close()
+
+
+def test_stores_of_dead_launchers_are_swept_and_live_ones_kept(tmp_path):
+    """A launcher SIGKILLed with its process group never unlinks its store: the next
+    asynchronous run removes it (and only stores whose launcher is gone)."""
+    import subprocess
+    import sys
+
+    from tfaccel.distribute import asynchronous
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead = f"tfaccel-ps-{ended.pid}-0a1b2c3d"
+    live = f"tfaccel-ps-{os.getpid()}-0a1b2c3d"
+    for name in (dead, live, "tfaccel-pool-123-x", "tfaccel-ps-notapid"):
+        (tmp_path / name).write_bytes(b"store")
+    assert asynchronous.sweep_dead_stores(str(tmp_path)) == [dead]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [live, "tfaccel-pool-123-x", "tfaccel-ps-notapid"]
+    )

@@ -289,7 +289,8 @@ def train_async(
     context = multiprocessing.get_context("spawn")
     locks = [context.Lock() for _ in range(chunks)]
     ready, results = context.Event(), context.Queue()
-    name = f"tfaccel-ps-{os.getpid()}-{secrets.token_hex(4)}"
+    sweep_dead_stores()
+    name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     environments = learner_gpus(
         learners,
         len(tf.config.list_physical_devices("GPU")),
@@ -468,6 +469,37 @@ def _stop_all(processes, grace: float = 60.0) -> None:
         process.join(timeout=max(deadline - time.time(), 0.1))
         if process.is_alive():
             process.kill()
+
+
+STORE_PREFIX = "tfaccel-ps-"  # + the launcher's pid + "-" + a random tag
+
+
+def sweep_dead_stores(directory: str = SHM_DIR) -> list[str]:
+    """Removes parameter stores whose launcher is dead: a launcher killed with its whole
+    process group (SIGKILL) never unlinks its store, and nothing else would. Returns the names
+    removed. A store whose pid names a live process (its launcher, or a process that reused the
+    pid) is kept."""
+    removed = []
+    for name in os.listdir(directory):
+        if not name.startswith(STORE_PREFIX):
+            continue
+        pid = name[len(STORE_PREFIX) :].split("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _unlink(name: str) -> None:
