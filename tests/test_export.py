@@ -344,3 +344,22 @@ def test_a_policy_file_with_a_field_of_the_wrong_type_is_one_line(
         policy_client.read_metadata(str(copy))
     with pytest.raises(ValueError, match=re.escape(message)):
         export.load_policy(str(copy))
+
+
+def test_a_policy_that_cannot_be_written_is_one_line_and_the_old_one_stays(tmp_path, monkeypatch):
+    """A full disk during the export was a 78-line traceback."""
+    path = str(tmp_path / "policy")
+    export.export_policy(scripted_network(), None, path)
+    before = (tmp_path / "policy" / "tfaccel_policy.json").read_text()
+
+    def full_disk(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device\nmore")
+
+    monkeypatch.setattr(tf.saved_model, "save", full_disk)
+    with pytest.raises(export.WriteError, match=re.escape(
+        f"cannot write the policy to {path} (ResourceExhaustedError: No space left on device); "
+        "the policy there before is intact"
+    )):  # fmt: skip
+        export.export_policy(scripted_network(), None, path)
+    assert (tmp_path / "policy" / "tfaccel_policy.json").read_text() == before
+    assert os.listdir(tmp_path) == ["policy"]  # no part left beside it

@@ -207,6 +207,10 @@ class _PolicyModule(tf.Module):
         return tf.argmax(values, axis=-1, output_type=tf.int32)  # [B]
 
 
+class WriteError(ValueError):
+    """The policy could not be written (a full disk, a read-only directory)."""
+
+
 def _write_atomically(path: str, write: Callable[[str], None]) -> None:
     """Runs `write(tmp)` on a fresh directory beside `path`, then puts it in place of `path`."""
     path = os.path.abspath(path)
@@ -233,6 +237,13 @@ def _write_atomically(path: str, write: Callable[[str], None]) -> None:
             os.rename(tmp, path)
             shutil.rmtree(old)
         _fsync(parent)
+    except (OSError, tf.errors.OpError) as error:  # a full disk, say: one line, not a traceback
+        shutil.rmtree(tmp, ignore_errors=True)
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        kept = "the policy there before is intact" if os.path.lexists(path) else "none was there"
+        raise WriteError(
+            f"cannot write the policy to {path} ({type(error).__name__}: {first}); {kept}"
+        ) from error
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

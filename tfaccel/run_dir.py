@@ -110,7 +110,13 @@ def publish_policy(
     many full games with it and writes a row of eval.csv (`head`: see `export.export_policy`)."""
     log, eval_log = logs
     policy_dir = os.path.join(root_dir, "policy")
-    export.export_policy(network, atari, policy_dir, extra={"env_frames": frames}, **head)
+    try:
+        export.export_policy(network, atari, policy_dir, extra={"env_frames": frames}, **head)
+    except export.WriteError as error:  # the checkpoint before it is saved: it can go on later
+        raise ValueError(
+            f"{error}; the checkpoint at {frames:,} frames is saved: make room, then run the "
+            "same command to resume"
+        ) from error
     if not (eval_episodes and atari):
         return
     scores = evaluate.evaluate(policy_dir, eval_episodes, epsilon=eval_epsilon, seed=seed)
