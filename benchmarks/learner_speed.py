@@ -94,7 +94,7 @@ def update_seconds(
 
     agent = learner.Learner(
         make_network,
-        lambda network, batch: dqn.loss(network, agent.target, batch, config),
+        lambda network, batch: dqn.loss(network, batch, config, target=agent.target),
         lambda: learner.make_adam(2.5e-4, 0.01 / batch_size),
         max_grad_norm=10.0,
         target_network=True,

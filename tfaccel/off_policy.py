@@ -14,6 +14,7 @@ The replay memory is checkpointed only on request (`checkpoint_replay`: at 1M tr
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 
@@ -30,21 +31,12 @@ from tfaccel.envs.pool import PoolError
 from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report_faults, saved_on
 from tfaccel.prefetch import Prefetcher
 from tfaccel.replay import ReplayBatch, ReplayBuffer, available_memory, memory_needed
-from tfaccel.sampler import ReplaySampler
+from tfaccel.sampler import ReplaySampler, compile_act
 
 
-def _compile_act(network, spec, batch_size: int, atoms, seed: int):
-    generator = tf.random.Generator.from_seed(seed)
-    signature = [
-        tf.TensorSpec((batch_size, *spec.observation.shape), tf.uint8),
-        tf.TensorSpec((), tf.float32),
-    ]
-
-    @tf.function(input_signature=signature, autograph=False)
-    def act(observation, epsilon):
-        return dqn.act(network, observation, epsilon, generator, atoms)
-
-    return (lambda observation, epsilon: act(observation, np.float32(epsilon)).numpy()), generator
+def _act(network, observation, generator, epsilon, atoms):
+    """The DQN family's act rule in the order `sampler.compile_act` passes its inputs."""
+    return dqn.act(network, observation, epsilon, generator, atoms)
 
 
 def _sample(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[int]]:
@@ -165,7 +157,10 @@ def train_off_policy(
             pool.spec, (torso, dueling), algorithm,
             lambda: make_optimizer(float(learning_rate)), seed, strategy,
         )  # fmt: skip
-        act, generator = _compile_act(agent.network, pool.spec, pool.group_size, atoms, seed)
+        act, _, generator = compile_act(
+            agent.network, functools.partial(_act, atoms=atoms), pool.spec, pool.group_size, seed,
+            epsilon=True,
+        )  # fmt: skip
         counters = checkpoint.Counters()
         checkpoint_dir = os.path.join(run_dir, "checkpoints")
         saver = checkpoint.Checkpointer(
@@ -321,7 +316,7 @@ def _make_learner(spec, torso, algorithm, make_optimizer, seed, strategy) -> lea
         return networks.QNetwork(spec, torso=torso, dueling=dueling, num_atoms=algorithm.num_atoms)
 
     def loss_fn(network, batch):
-        return dqn.loss(network, agent.target, batch, algorithm)
+        return dqn.loss(network, batch, algorithm, target=agent.target)
 
     agent = learner.Learner(
         make_network, loss_fn, make_optimizer, max_grad_norm=algorithm.max_grad_norm,

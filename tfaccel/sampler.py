@@ -23,19 +23,27 @@ from tfaccel.types import Rollout
 ActFn = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
 
 
-def compile_act(network, act: Callable, spec, batch_size: int, seed: int = 0):
-    """Wraps the algorithm's act rule as one compiled call with a fixed input signature.
+def compile_act(network, act: Callable, spec, batch_size: int, seed: int = 0, epsilon=False):
+    """Wraps an algorithm's act rule as one compiled call with a fixed input signature: the one
+    act compiler of both trainers.
 
-    Returns `(act_fn, value_fn, generator)`: `act_fn(obs [B, ...]) -> (action, log_prob, value)`,
-    `value_fn(obs [1, ...]) -> value [1]` for truncation bootstraps, and the `tf.random.Generator`
-    that drives the sampling (checkpoint it to resume the random stream).
+    `act(network, observation, generator)` is the policy-gradient rule (`a2c.act`); with
+    `epsilon`, `act(network, observation, generator, epsilon)` and the compiled call takes
+    epsilon as a second input (a float32 scalar: another value does not retrace).
+
+    Returns `(act_fn, value_fn, generator)`: `act_fn(obs [B, ...][, epsilon])` -> the rule's
+    outputs (`(action, log_prob, value)` for the policy-gradient rule, actions for a Q-value
+    rule); `value_fn(obs [1, ...]) -> value [1]` for truncation bootstraps (policy-value
+    networks); and the `tf.random.Generator` that drives the sampling (checkpoint it to resume
+    the random stream).
     """
     generator = tf.random.Generator.from_seed(seed)
     shape, dtype = (batch_size, *spec.observation.shape), tf.as_dtype(spec.observation.dtype)
+    signature = [tf.TensorSpec(shape, dtype)] + ([tf.TensorSpec((), tf.float32)] if epsilon else [])
 
-    @tf.function(input_signature=[tf.TensorSpec(shape, dtype)], autograph=False)
-    def act_fn(observation):
-        return act(network, observation, generator)
+    @tf.function(input_signature=signature, autograph=False)
+    def act_fn(observation, *epsilon):
+        return act(network, observation, generator, *epsilon)
 
     @tf.function(
         input_signature=[tf.TensorSpec((1, *spec.observation.shape), dtype)], autograph=False
@@ -187,7 +195,7 @@ class ReplaySampler:
 
     def _act_and_send(self, group: int, observation: np.ndarray, epsilon: float) -> None:
         start = time.perf_counter()
-        action = np.asarray(self._act(observation, epsilon))
+        action = np.asarray(self._act(observation, np.float32(epsilon)))
         self.seconds["inference"] += time.perf_counter() - start
         self._acted[group] = observation
         self._actions[group] = action

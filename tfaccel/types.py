@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -101,6 +101,19 @@ class PoolStep(NamedTuple):
     game_over: np.ndarray  # [B] bool
     game_return: np.ndarray  # [B] float64, where game_over
     game_length: np.ndarray  # [B] int64, where game_over
+
+
+class LossFn(Protocol):
+    """The signature every algorithm's loss follows (`a2c.loss`, `ppo.loss`, `dqn.loss`):
+    `loss(network, batch, config, **context) -> (loss, metrics)`, with `batch` the learner's
+    batch (a `Rollout`, a `PPOBatch` minibatch, a `ReplayBatch`), `config` the algorithm's
+    hyperparameters, and keyword-only context that some need (PPO's annealed `clip`, DQN's
+    `target` network). `loss` is a float32 scalar; `metrics` maps names to float32 scalars (and
+    DQN's `priority` [N])."""
+
+    def __call__(
+        self, network: Any, batch: Any, config: Any, /, **context: Any
+    ) -> tuple[Any, dict[str, Any]]: ...
 
 
 class Rollout(NamedTuple):

@@ -105,7 +105,7 @@ def test_dueling_combination_has_zero_mean_advantage(num_atoms):
 
 def test_scalar_loss_by_hand():
     online, target = hand_networks()
-    total, metrics = dqn.loss(online, target, hand_batch(), DQNConfig())
+    total, metrics = dqn.loss(online, hand_batch(), DQNConfig(), target=target)
     # Not double: a* = argmax Q_target(o_t) = 1 for both samples.
     # sample 0: y = 1 + 0.5 * 5 = 3.5, Q(o_tm1, 0) = 2, td = 1.5 -> huber 1.5 - 0.5 = 1.0
     # sample 1: y = 0 (terminal), Q(o_tm1, 1) = 1, td = -1 -> huber 0.5
@@ -119,7 +119,7 @@ def test_scalar_loss_by_hand():
 
 def test_double_picks_the_online_argmax():
     online, target = hand_networks()
-    total, metrics = dqn.loss(online, target, hand_batch(), DQNConfig(double=True))
+    total, metrics = dqn.loss(online, hand_batch(), DQNConfig(double=True), target=target)
     # Double: a* = argmax Q_online(o_t) = 0, evaluated by the target: Q_target(o_t0, 0) = 2.
     # sample 0: y = 1 + 0.5 * 2 = 2, td = 0 -> 0; sample 1 as before -> 0.5.
     np.testing.assert_allclose(total.numpy(), 0.25, rtol=1e-6)
@@ -129,15 +129,15 @@ def test_double_picks_the_online_argmax():
 
 def test_importance_weights_scale_the_loss():
     online, target = hand_networks()
-    total, _ = dqn.loss(online, target, hand_batch(weight=(2.0, 0.0)), DQNConfig())
+    total, _ = dqn.loss(online, hand_batch(weight=(2.0, 0.0)), DQNConfig(), target=target)
     np.testing.assert_allclose(total.numpy(), (2.0 * 1.0 + 0.0 * 0.5) / 2, rtol=1e-6)
     keras.utils.set_random_seed(2)
     online = networks.QNetwork(spec(), torso=tiny_torso, num_atoms=5)
     target = networks.QNetwork(spec(), torso=tiny_torso, num_atoms=5)
     batch = random_batch(0)
     config = DQNConfig(num_atoms=5)
-    base, _ = dqn.loss(online, target, batch, config)
-    scaled, _ = dqn.loss(online, target, batch._replace(weight=3.0 * batch.weight), config)
+    base, _ = dqn.loss(online, batch, config, target=target)
+    scaled, _ = dqn.loss(online, batch._replace(weight=3.0 * batch.weight), config, target=target)
     np.testing.assert_allclose(scaled.numpy(), 3.0 * base.numpy(), rtol=1e-5)
 
 
@@ -155,7 +155,7 @@ def test_categorical_loss_by_hand():
         index=np.zeros(1, np.int64),
     )
     config = DQNConfig(num_atoms=3, v_min=-1.0, v_max=1.0)
-    total, metrics = dqn.loss(online, target, batch, config)
+    total, metrics = dqn.loss(online, batch, config, target=target)
     # Tz = 0.5 + 0.5 * [-1, 0, 1] = [0, 0.5, 1]: m = [0, 1/3 + 1/6, 1/6 + 1/3] = [0, 1/2, 1/2].
     # cross-entropy = -(0.5 ln 1/2 + 0.5 ln 1/4) = 1.5 ln 2; KL = 1.5 ln 2 - H(m) = 0.5 ln 2.
     np.testing.assert_allclose(total.numpy(), 1.5 * math.log(2.0), rtol=1e-5)
@@ -170,7 +170,7 @@ def test_metrics_and_priority_shape(num_atoms, double):
     online = networks.QNetwork(spec(), torso=tiny_torso, dueling=True, num_atoms=num_atoms)
     target = networks.QNetwork(spec(), torso=tiny_torso, dueling=True, num_atoms=num_atoms)
     total, metrics = dqn.loss(
-        online, target, random_batch(1), DQNConfig(double=double, num_atoms=num_atoms)
+        online, random_batch(1), DQNConfig(double=double, num_atoms=num_atoms), target=target
     )
     assert total.shape == ()
     assert metrics["priority"].shape == (8,)
@@ -188,18 +188,18 @@ def test_loss_falls_after_one_gradient_step(num_atoms):
     config = DQNConfig(double=True, num_atoms=num_atoms)
     optimizer = keras.optimizers.SGD(learning_rate=0.05)
     with tf.GradientTape() as tape:
-        before, _ = dqn.loss(online, target, batch, config)
+        before, _ = dqn.loss(online, batch, config, target=target)
     gradients = tape.gradient(before, online.trainable_variables)
     assert all(g is not None for g in gradients)
     optimizer.apply_gradients(zip(gradients, online.trainable_variables, strict=True))
-    after, _ = dqn.loss(online, target, batch, config)
+    after, _ = dqn.loss(online, batch, config, target=target)
     assert after.numpy() < before.numpy()
 
 
 def test_target_network_gets_no_gradient():
     online, target = hand_networks()
     with tf.GradientTape() as tape:
-        total, _ = dqn.loss(online, target, hand_batch(), DQNConfig(double=True))
+        total, _ = dqn.loss(online, hand_batch(), DQNConfig(double=True), target=target)
     gradients = tape.gradient(total, target.trainable_variables)
     assert all(g is None for g in gradients)
 
@@ -252,7 +252,7 @@ def test_act_and_loss_run_inside_tf_function():
     rng = tf.random.Generator.from_seed(0)
     act = tf.function(lambda o, e: dqn.act(online, o, e, rng, atoms))
     assert act(random_batch(3).observation, tf.constant(0.1)).shape == (8,)
-    loss = tf.function(lambda batch: dqn.loss(online, target, batch, config))
+    loss = tf.function(lambda batch: dqn.loss(online, batch, config, target=target))
     total, metrics = loss(random_batch(3))
-    eager_total, _ = dqn.loss(online, target, random_batch(3), config)
+    eager_total, _ = dqn.loss(online, random_batch(3), config, target=target)
     np.testing.assert_allclose(total.numpy(), eager_total.numpy(), rtol=1e-5)

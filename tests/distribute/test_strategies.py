@@ -140,7 +140,7 @@ for strategy in (tf.distribute.get_strategy(), mirrored):
         net = TinyQNetwork(3, observation_shape=(6, 6, 2))
         net.head.kernel.assign(np.random.default_rng(0).normal(0, 0.1, net.head.kernel.shape))
         return net
-    agent = learner.Learner(make, lambda n, b: dqn.loss(n, agent_target(n), b, q_config),
+    agent = learner.Learner(make, lambda n, b: dqn.loss(n, b, q_config, target=agent_target(n)),
                             lambda: learner.make_adam(1e-2), strategy=strategy,
                             target_network=True)
     q_agents.append(agent)

@@ -141,7 +141,7 @@ def act(
 
 
 def loss(
-    online: keras.Model, target: keras.Model, batch: ReplayBatch, config: DQNConfig
+    online: keras.Model, batch: ReplayBatch, config: DQNConfig, *, target: keras.Model
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """The DQN-family loss: `mean(weight * per-sample loss)` over the N transitions.
 
@@ -153,9 +153,10 @@ def loss(
 
     Args:
         online: the trained `QNetwork`; its output rank must match `config.num_atoms`.
-        target: the target network, same architecture; never differentiated.
         batch: a `ReplayBatch` (numpy or tensors).
         config: the hyperparameters.
+        target: the target network, same architecture; never differentiated. (The signature
+            is `types.LossFn`'s: network, batch, config, then what the loss needs besides.)
 
     Returns:
         `(loss, metrics)`: a float32 scalar; float32 scalar metrics `loss`, `q_mean` (mean
