@@ -3,7 +3,10 @@ stops, what a row holds, and what a resumed or stopped run says."""
 
 import csv
 import io
+import re
 import types
+
+import pytest
 
 from tfaccel import checkpoint, runner
 from tfaccel.logger import MetricsLogger
@@ -78,3 +81,12 @@ def test_a_resumed_run_counts_on_and_a_complete_one_says_so(tmp_path):
     assert saves == [] and summary["final_score"] == 4.0  # the remembered scores
     longer, _, _ = make_loop(tmp_path / "more", total=2000, counters=counters)
     assert not longer.complete()
+
+
+def test_a_pool_larger_than_the_memory_available_is_one_line():
+    runner.check_pool_memory(2, 16, available=8 * 2**30)  # 2 x 48 + 32 MiB: fits
+    with pytest.raises(ValueError, match=re.escape(
+        "2,000 env workers of 64 envs need about 218.8 GiB of memory and this machine has 8.0 GiB "
+        "available: use fewer workers (train.num_workers)"
+    )):  # fmt: skip
+        runner.check_pool_memory(2000, 64, available=8 * 2**30)

@@ -640,6 +640,10 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "train.envs_per_worker = 'four': it must be an int",
         ),
         (["--gin_bindings=train.num_workers = 2.5"], "train.num_workers = 2.5: it must be an int"),
+        (  # an oversized layout was an OOM kill of some process, with no word
+            ["--gin_bindings=train.num_workers = 100_000"],
+            "100,000 env workers of 4 envs need about",
+        ),
         (
             ["--gin_bindings=train.env = 42"],
             "train.env = 42: it takes a reference to a function or factory, e.g. @AtariConfig()",
