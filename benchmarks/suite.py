@@ -5,7 +5,8 @@ side by side with published results.
     .venv/bin/python benchmarks/suite.py run --root=runs/suite               # the whole grid
     .venv/bin/python benchmarks/suite.py run --root=runs/suite --only=a2c --hours=2.5
     .venv/bin/python benchmarks/suite.py list --root=runs/suite              # what is done
-    .venv/bin/python benchmarks/suite.py summary --root=runs/suite           # table and figure
+    .venv/bin/python benchmarks/suite.py keep --root=runs/suite              # logs into the repo
+    .venv/bin/python benchmarks/suite.py summary --root=benchmarks/results/suite/runs
 
 `run` trains each config x game x seed of the grid (`GRID` below) in its own run directory,
 `<root>/<entry>/<game>/seed<k>`, one after another (`--jobs` at once), and skips what is done. Every
@@ -14,7 +15,11 @@ SIGTERM, a lost machine) and the same command continues: an unfinished run resum
 checkpoint (off-policy runs keep their replay in it). `--hours` gives every run the time left as
 its wall limit, so that the last one saves and stops before the budget ends.
 
-`summary` reads the run directories and the published references (benchmarks/reference/) and
+`keep` copies each run's logs (metrics.csv, eval.csv, operative_config.gin; not its checkpoints)
+into benchmarks/results/suite/runs/, laid out like the run directories: a run directory lives on
+the machine that trained it, the logs are committed, and `summary` reads either.
+
+`summary` reads the run directories (or the kept logs) and the published references (benchmarks/reference/) and
 writes benchmarks/results/suite/summary.json (one entry per config x game: the seeds, their
 frames, the mean of the last 20 full games, wall time, agent steps/s, the reference with its
 source and protocol, and a verdict: ahead, level or behind) and summary.png (a panel per game:
@@ -258,6 +263,31 @@ def run_grid(root: str, todo: list[Job], parallel: int, hours: float | None) -> 
     return 1 if failed else 0
 
 
+KEPT = os.path.join(RESULTS, "runs")  # the logs of the suite's runs, committed
+KEPT_FILES = ("metrics.csv", "eval.csv", "operative_config.gin")
+
+
+def keep(root: str, todo: list[Job], into: str = KEPT) -> list[str]:
+    """Copies the logs of each run that has any (`KEPT_FILES`, not its checkpoints) into
+    `into/<entry>/<game>/seed<k>/`, which `summary --root` reads like the run directories
+    themselves: a run directory lives on one machine, the suite's figures in the repository.
+    Returns the labels of the runs copied."""
+    import shutil
+
+    copied = []
+    for job in todo:
+        source = job.run_dir(root)
+        if not os.path.exists(os.path.join(source, "metrics.csv")):
+            continue
+        target = job.run_dir(into)
+        os.makedirs(target, exist_ok=True)
+        for name in KEPT_FILES:
+            if os.path.exists(os.path.join(source, name)):
+                shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+        copied.append(job.label)
+    return copied
+
+
 def camel(game: str) -> str:
     """`space_invaders` -> `SpaceInvaders`, as the papers' tables name games."""
     return "".join(part.capitalize() for part in game.split("_"))
@@ -476,7 +506,7 @@ def table(entries: list[dict]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("run", "list", "summary"))
+    parser.add_argument("action", choices=("run", "list", "keep", "summary"))
     parser.add_argument("--root", default="runs/suite", help="the suite's run directories")
     parser.add_argument("--only", default="", help="entries to run, e.g. a2c,c51 (default: all)")
     parser.add_argument("--games", default="", help="games to run, e.g. breakout,pong")
@@ -500,6 +530,10 @@ def main() -> int:
         for job in todo:
             frames = trained_frames(job.run_dir(args.root))
             print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames")
+        return 0
+    if args.action == "keep":
+        for label in keep(args.root, todo):
+            print(f"suite: kept the logs of {label} in {os.path.relpath(KEPT)}")
         return 0
     entries = summarize(args.root)
     os.makedirs(args.out, exist_ok=True)

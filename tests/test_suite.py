@@ -74,3 +74,20 @@ def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     assert "| categorical_dqn.gin | Breakout | 10M | 1/1 | 48.0 (48.0 to 48.0) |" in table
     suite.draw(list(entries.values()), str(tmp_path / "summary.png"))
     assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_kept_logs_summarize_like_the_run_directories(tmp_path):
+    runs, kept = str(tmp_path / "runs"), str(tmp_path / "kept")
+    write_run(f"{runs}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
+    os.makedirs(f"{runs}/c51/breakout/seed0/checkpoints")
+    (tmp_path / "runs/c51/breakout/seed0/checkpoints/ckpt-1.index").write_bytes(b"big")
+    assert suite.keep(runs, suite.jobs(), kept) == ["c51/breakout/seed0"]
+    assert sorted(os.listdir(f"{kept}/c51/breakout/seed0")) == [
+        "metrics.csv",
+        "operative_config.gin",
+    ]
+    here, there = suite.summarize(runs), suite.summarize(kept)
+    for entry in (*here, *there):
+        for seed in entry["seeds"].values():
+            seed.pop("run_dir")
+    assert here == there
