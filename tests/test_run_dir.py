@@ -1,5 +1,6 @@
 """Resuming a run directory: its settings read as text, and what changed since."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -68,6 +69,23 @@ def test_a_resume_keeps_the_previous_settings_and_warns_only_when_they_changed(t
     assert "operative_config.4000-2.gin" in log.messages[2]
 
 
+@contextlib.contextmanager
+def locked_by_another_process(path):
+    """A process that holds the lock of the run directory `path` until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"from tfaccel import run_dir; run_dir.take_lock({str(path)!r}); print('held', "
+         "flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
@@ -114,3 +132,12 @@ def test_only_a_run_directory_with_nothing_trained_is_removed(tmp_path):
     saved.mkdir(parents=True)
     (saved / "checkpoint").write_text('model_checkpoint_path: "ckpt-400"\n')
     assert not run_dir.remove_if_unused(str(tmp_path / "saved")) and saved.exists()
+
+
+def test_a_run_directory_another_process_trains_is_not_removed(tmp_path):
+    """A multi-worker worker that fails at its start must not remove the directory its chief
+    has just made and trains in (the chief holds its lock, and has logged nothing yet)."""
+    with locked_by_another_process(tmp_path):
+        assert not run_dir.remove_if_unused(str(tmp_path)) and tmp_path.exists()
+    assert run_dir.remove_if_unused(str(tmp_path)) and not tmp_path.exists()
+    assert not run_dir.remove_if_unused(str(tmp_path))  # gone already: nothing to do

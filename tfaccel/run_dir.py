@@ -86,9 +86,14 @@ def release_lock(run_dir: str) -> None:
 def remove_if_unused(root_dir: str) -> bool:
     """Removes `root_dir` (which this command created) when nothing was trained into it: no
     checkpoint and no row of metrics in it or below it (a run whose settings were rejected once
-    it had made its directory). Returns whether it did."""
+    it had made its directory). A directory another live process holds the lock of (the chief
+    of a multi-worker run, whose worker failed) is left alone. Returns whether it removed it."""
     import shutil
 
+    try:
+        take_lock(root_dir)
+    except ValueError:  # held by another process, or gone already
+        return False
     for folder, _, files in os.walk(root_dir):
         if "checkpoint" in files:
             return False
