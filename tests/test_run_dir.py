@@ -87,21 +87,11 @@ def locked_by_another_process(path):
 
 
 def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path):
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         f"from tfaccel import run_dir; run_dir.take_lock({str(tmp_path)!r}); print('held', "
-         "flush=True); import time; time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with locked_by_another_process(tmp_path) as holder:
         with pytest.raises(
             ValueError, match=rf"is being trained by another process \(pid {holder.pid}:"
         ):
             run_dir.take_lock(str(tmp_path))
-    finally:
-        holder.kill()
-        holder.wait()
     run_dir.take_lock(str(tmp_path))  # its process gone, the lock went with it
     run_dir.take_lock(str(tmp_path))  # this process again (a second run in one kernel): fine
     assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()}: ")
