@@ -12,6 +12,7 @@ import os
 import gin
 
 from tfaccel import (
+    launcher,  # noqa: F401  (registers train_async)
     learner,
     networks,
     off_policy,  # noqa: F401  (registers train_off_policy)
@@ -19,7 +20,6 @@ from tfaccel import (
     run_dir,
 )
 from tfaccel.algorithms import a2c, dqn, ppo
-from tfaccel.distribute import asynchronous  # noqa: F401  (registers train_async)
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.gymnasium_env import GymnasiumConfig
 from tfaccel.envs.toy import CatchConfig, ScriptedConfig

@@ -129,7 +129,7 @@ def test_stores_of_dead_launchers_are_swept_and_live_ones_kept(tmp_path):
     import subprocess
     import sys
 
-    from tfaccel.distribute import asynchronous
+    from tfaccel import launcher
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
@@ -137,7 +137,7 @@ def test_stores_of_dead_launchers_are_swept_and_live_ones_kept(tmp_path):
     live = f"tfaccel-ps-{os.getpid()}-0a1b2c3d"
     for name in (dead, live, "tfaccel-pool-123-x", "tfaccel-ps-notapid"):
         (tmp_path / name).write_bytes(b"store")
-    assert asynchronous.sweep_dead_stores(str(tmp_path)) == [dead]
+    assert launcher.sweep_dead_stores(str(tmp_path)) == [dead]
     assert sorted(os.listdir(tmp_path)) == sorted(
         [live, "tfaccel-pool-123-x", "tfaccel-ps-notapid"]
     )

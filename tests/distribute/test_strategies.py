@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfaccel import launcher
 from tfaccel.distribute import asynchronous, strategies
 from tfaccel.distribute.param_store import ParameterStore
 from tfaccel.types import Rollout
@@ -199,11 +200,11 @@ def test_sigterm_after_the_multi_worker_strategy_is_made_still_ends_the_process(
 
 
 def test_learners_take_the_gpus_the_user_made_visible_in_turn():
-    assert asynchronous.learner_gpus(2, 0, None) == [{}, {}]
-    mine = asynchronous.learner_gpus(2, 2, "2,3")
+    assert launcher.learner_gpus(2, 0, None) == [{}, {}]
+    mine = launcher.learner_gpus(2, 2, "2,3")
     assert [env["CUDA_VISIBLE_DEVICES"] for env in mine] == ["2", "3"]
     assert all("TF_FORCE_GPU_ALLOW_GROWTH" not in env for env in mine)  # one GPU each
-    shared = asynchronous.learner_gpus(3, 2, None)
+    shared = launcher.learner_gpus(3, 2, None)
     assert [env["CUDA_VISIBLE_DEVICES"] for env in shared] == ["0", "1", "0"]
     assert all(env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" for env in shared)
 

@@ -43,8 +43,8 @@ def main(argv=None) -> int:
     flags = parse_flags(argv)
     with commands.tensorflow_imported_quietly():
         from tfaccel import gin_configs, trainers
-        from tfaccel.distribute import asynchronous
         from tfaccel.envs.pool import PoolError
+        from tfaccel.launcher import LearnerFailed
 
     try:
         gin_configs.parse(flags.gin_file, flags.gin_bindings)
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     peer_lost += (tf.errors.CancelledError, tf.errors.AbortedError)
     try:
         summary = trainers.run(flags.root_dir)
-    except (ValueError, OSError, asynchronous.LearnerFailed) as error:
+    except (ValueError, OSError, LearnerFailed) as error:
         # Bad settings, an unusable --root_dir, a failed learner: one line (gin appends where
         # the error was raised).
         commands.fail(commands.first_line(error))

@@ -1,0 +1,362 @@
+"""The asynchronous run's launcher: K sampler-learner processes around one parameter store.
+
+`train_async(root_dir)` (gin: `run.trainer = @train_async`) starts the learners as spawned
+processes, each running the on-policy `on_policy.train` with an `AsyncTeam`
+(`tfaccel.distribute.asynchronous`). Learner 0 (the chief) creates the store from its (restored
+or fresh) network and writes the run directory; learner i keeps its own checkpoints and log in
+`<root_dir>/learner-<i>`. Frames count every learner's envs (a shared counter in the store); any
+learner's stop (frame budget, signal, wall time) stops all. A3C (BA3C-style batched) is `a2c.gin`
+run this way (`gin_configs/a3c.gin`), APPO is PPO with the paper's changes for asynchrony
+(`gin_configs/appo.gin`).
+
+The launcher forwards stop signals, watches the learners (one that fails stops the others, which
+save first) and removes the store at the end. Several machines
+(`train_async.sync_machines = True`, `gin_configs/distribute/async_machines.gin`): each machine
+runs this with its own store, and the launchers average the stores in rounds
+(`tfaccel.distribute.machines`); machine m > 0 writes to `<root_dir>/machine-<m>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import secrets
+import signal
+import threading
+import time
+from multiprocessing import connection
+
+import gin
+import tensorflow as tf
+
+from tfaccel.distribute import machines, strategies
+from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
+from tfaccel.distribute.param_store import ParameterStore
+from tfaccel.envs.worker import SHM_DIR
+from tfaccel.guards import StopRequest
+
+
+class LearnerFailed(RuntimeError):
+    """A learner process of an asynchronous run ended with an error (the message says which)."""
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """SIGTERM to this learner once its launcher is gone (killed): it saves a checkpoint and
+    exits instead of training on alone."""
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        ORPHANED.set()  # the chief then removes the store, which the launcher would have
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="tfaccel-orphan-watch", daemon=True).start()
+
+
+def learner_gpus(learners: int, visible: int, cuda_visible: str | None) -> list[dict]:
+    """The environment each learner starts with: GPU i modulo the `visible` GPUs, named as the
+    user's `CUDA_VISIBLE_DEVICES` names them (its i-th entry; the i-th GPU without it); when
+    learners share a GPU, each allocates its memory as it grows (else the first takes it all)."""
+    if not visible:
+        return [{} for _ in range(learners)]
+    names = cuda_visible.split(",") if cuda_visible else [str(i) for i in range(visible)]
+    shared = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"} if learners > visible else {}
+    return [
+        {"CUDA_VISIBLE_DEVICES": names[index % visible].strip(), **shared}
+        for index in range(learners)
+    ]
+
+
+@contextlib.contextmanager
+def _started_ignoring_ctrl_c():
+    """Processes started inside ignore SIGINT until they set their own handler (`hold_early`).
+
+    A Ctrl-C reaches the whole process group: a learner still loading Python would die of it with a
+    KeyboardInterrupt traceback. The launcher's own Ctrl-C stays pending meanwhile (a blocked
+    signal is not dropped), then it forwards the stop to the learners it started.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _learner_main(config: str, root_dir: str, team_args: tuple, results, environment: dict):
+    StopRequest.hold_early()  # stopped while it starts: it saves after its first update
+    _stop_when_orphaned(os.getppid())
+    os.environ.update(environment)
+    from tfaccel import on_policy, trainers  # noqa: F401  (trainers registers every configurable)
+
+    gin.parse_config(config)
+    team = AsyncTeam(*team_args)
+    try:
+        summary = on_policy.train(root_dir, team=team)
+    except Exception as error:  # the launcher names it; the traceback goes to stderr
+        if StopRequest.early_signal():  # stopped while it started (an env worker that
+            return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
+        results.put((team.index, {"error": str(error).strip().splitlines()[0][:300]}))
+        raise
+    finally:
+        team.close()
+    results.put((team.index, summary))
+
+
+@gin.configurable(denylist=["root_dir"], module="tfaccel")
+def train_async(
+    root_dir: str, learners: int = 2, steps_per_push: int = 1, chunks: int = 16,
+    sync_machines: bool = False, sync_period_seconds: float = 2.0,
+) -> dict:  # fmt: skip
+    """Runs `learners` asynchronous sampler-learners of the on-policy config; see the module doc.
+
+    Args:
+        root_dir: the run directory (created; reused to resume).
+        learners: K, learner processes, each with the config's envs and its own device (GPU i
+            modulo the GPUs, or the CPU).
+        steps_per_push: n, local updates between a learner's pull and its push.
+        chunks: locks of the parameter store (pushes to different chunks do not wait).
+        sync_machines: this machine is one of several (the cluster of `make_strategy`:
+            `TF_CONFIG` or Slurm) whose stores are averaged every `sync_period_seconds`.
+        sync_period_seconds: seconds between the machines' rounds.
+
+    Returns:
+        The chief learner's summary (with `sync_rounds` and `parameters_digest` across machines).
+
+    Raises:
+        LearnerFailed: a learner failed (the others are stopped and save a checkpoint first).
+    """
+    if learners < 1 or steps_per_push < 1 or chunks < 1:
+        raise ValueError(
+            f"train_async needs learners, steps_per_push and chunks >= 1, got {learners}, "
+            f"{steps_per_push}, {chunks}"
+        )
+    if sync_period_seconds <= 0:
+        raise ValueError(f"sync_period_seconds must be > 0, got {sync_period_seconds}")
+    strategy = machines.collective_strategy() if sync_machines else None  # before TF's devices
+    machine, machine_count = 0, 1
+    if strategy is not None:
+        machine, machine_count = strategies.worker_index(strategy), strategies.num_workers(strategy)
+        root_dir = root_dir if machine == 0 else os.path.join(root_dir, f"machine-{machine}")
+    context = multiprocessing.get_context("spawn")
+    locks = [context.Lock() for _ in range(chunks)]
+    ready, results = context.Event(), context.Queue()
+    sweep_dead_stores()
+    name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    environments = learner_gpus(
+        learners,
+        len(tf.config.list_physical_devices("GPU")),
+        os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+    config, operative = gin.config_str(), gin.operative_config_str()
+    shared = (learners, steps_per_push, name, locks, ready, operative, machine, machine_count)
+    processes = [
+        context.Process(
+            target=_learner_main,
+            args=(config, root_dir, (index, *shared), results, environments[index]),
+            name=f"tfaccel-learner{index}",
+        )
+        for index in range(learners)
+    ]
+    # Ctrl-C or a SIGTERM to the launcher alone: the learners save and exit, the launcher waits for
+    # them and cleans up (killed by SIGTERM's default action, it would leave that to the learners'
+    # orphan watch and to multiprocessing's resource tracker). A signal while they start: the
+    # rest are not started, and the started ones are told (one may have missed the forward).
+    started = []
+    try:
+        with StopRequest(on_signal=lambda: _terminate(started)) as stop:
+            _start(processes, started, stop)
+            failed, sync = _supervise(started, strategy, (name, locks, ready), sync_period_seconds)
+    finally:
+        _unlink(name)
+    return _outcome(stop, failed, _drain(results), sync)
+
+
+def _start(processes, started: list, stop) -> None:
+    """Starts `processes` one by one into `started`, unless a stop signal comes first (then the
+    ones started are told to stop)."""
+    for process in processes:
+        if stop.signal_name:
+            break
+        with _started_ignoring_ctrl_c():
+            process.start()
+        started.append(process)
+    if stop.signal_name:
+        _terminate(started)
+
+
+def _supervise(processes, strategy, store_args, sync_period_seconds):
+    """Waits for the learners to end (with several machines, syncing this machine's store with
+    the others' meanwhile); returns the first failure, `(index, exit code)` or None, and the
+    machines' `MachineSync` (None: one machine, or no round taken)."""
+    if not processes:  # stopped before the first started
+        return None, None
+    if strategy is None:
+        return _wait(processes), None
+    name, locks, ready = store_args
+    if (store := _attach_when_ready(name, locks, ready, processes)) is None:
+        # Learner 0 ended before it created the store (a signal while it started, or a
+        # failure): this machine takes no round; the others time out and say so.
+        return _wait(processes) or (0, processes[0].exitcode), None
+    sync = machines.MachineSync(strategy, store)
+    try:
+        return _wait_in_rounds(processes, sync, store, sync_period_seconds), sync
+    except BaseException:  # a machine died (a collective failed): stop ours, say so
+        _stop_all(processes)
+        raise
+    finally:
+        store.close(unlink=False)
+
+
+def _drain(results) -> dict:
+    """The learners' summaries (or errors) they put on the `results` queue, by learner index."""
+    summaries = {}
+    while True:
+        try:
+            index, summary = results.get(timeout=1.0)
+        except queue.Empty:
+            return summaries
+        summaries[index] = summary
+
+
+def _outcome(stop, failed, summaries: dict, sync) -> dict:
+    """The run's summary (the chief's), or a `LearnerFailed` for a learner that failed."""
+    if stop.signal_name and (
+        not failed or ("error" not in summaries.get(failed[0], {}) and failed[1] != -signal.SIGKILL)
+    ):
+        # A learner ended by the signal (SIGTERM, or Ctrl-C's KeyboardInterrupt) before it could
+        # hold it, while Python and TensorFlow loaded, had not trained: nothing of it is lost.
+        failed = None
+        if 0 not in summaries:
+            print(f"stopped by {stop.signal_name} while the learners started: nothing new to save")
+            return {"stopped_by": stop.signal_name}
+    if failed:
+        cause = summaries.get(failed[0], {}).get("error", f"exit code {failed[1]}")
+        raise LearnerFailed(
+            f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "
+            "stopped (a running learner saves a checkpoint first): the same command resumes"
+        )
+    if sync is not None:
+        digest = sync.digest()
+        print(
+            f"machine sync: {sync.rounds} rounds among {sync.machines} machines; parameters {digest}"
+        )
+        summaries[0] = dict(summaries[0], sync_rounds=sync.rounds, parameters_digest=digest)
+    return summaries[0]
+
+
+def _attach_when_ready(name: str, locks, ready, processes) -> ParameterStore | None:
+    """This machine's store, once the chief learner has created it; None if it ended first."""
+    while not ready.wait(timeout=1.0):
+        if not processes[0].is_alive():
+            return None
+    return ParameterStore.attach((name, None, locks))
+
+
+def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | None:
+    """`_wait` for a machine of several: a round with the other machines every `period` s until
+    one of them stops (the total reached, a signal, a failed learner); then this machine's
+    learners finish and a last round takes in their final progress."""
+    failed, alive = None, dict(enumerate(processes))
+    next_round = time.monotonic()
+    while True:
+        timeout = max(next_round - time.monotonic(), 0.0)
+        ready = connection.wait([p.sentinel for p in alive.values()], timeout) if alive else []
+        if not alive:
+            time.sleep(timeout)
+        failed = failed or _reap(alive, ready)
+        if time.monotonic() >= next_round:
+            next_round += period
+            stopping = failed is not None or store.stop_requested or not alive
+            if sync.round(stopping):
+                break
+    if failed is not None:
+        _stop_all(alive.values())
+    for process in alive.values():  # they stop on the store's flag and save a checkpoint
+        process.join()
+        if process.exitcode != 0 and failed is None:
+            failed = (processes.index(process), process.exitcode)
+    sync.round(True)  # every machine's last progress
+    return failed
+
+
+def _wait(processes) -> tuple[int, int] | None:
+    """Waits for every learner; after the first failure, stops the others. Returns the first
+    failure as (index, exit code), or None."""
+    failed, alive = None, dict(enumerate(processes))
+    while alive:
+        ready = connection.wait([p.sentinel for p in alive.values()], timeout=1.0)
+        if (failure := _reap(alive, ready)) and failed is None:
+            failed = failure
+            _stop_all(alive.values())
+    return failed
+
+
+def _reap(alive: dict, ready) -> tuple[int, int] | None:
+    """Joins the learners of `alive` (index -> process) whose sentinel is in `ready` and drops
+    them; returns the first that failed as (index, exit code), or None."""
+    failed = None
+    for index, process in list(alive.items()):
+        if process.sentinel in ready:
+            process.join()
+            del alive[index]
+            if process.exitcode != 0 and failed is None:
+                failed = (index, process.exitcode)
+    return failed
+
+
+def _terminate(processes) -> None:
+    """SIGTERM: each learner's trainer saves a checkpoint and exits."""
+    for process in processes:
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
+
+
+def _stop_all(processes, grace: float = 60.0) -> None:
+    """SIGTERM, then SIGKILL for a learner still running after `grace` seconds."""
+    processes = list(processes)
+    _terminate(processes)
+    deadline = time.time() + grace
+    for process in processes:
+        process.join(timeout=max(deadline - time.time(), 0.1))
+        if process.is_alive():
+            process.kill()
+
+
+STORE_PREFIX = "tfaccel-ps-"  # + the launcher's pid + "-" + a random tag
+
+
+def sweep_dead_stores(directory: str = SHM_DIR) -> list[str]:
+    """Removes parameter stores whose launcher is dead: a launcher killed with its whole
+    process group (SIGKILL) never unlinks its store, and nothing else would. Returns the names
+    removed. A store whose pid names a live process (its launcher, or a process that reused the
+    pid) is kept."""
+    removed = []
+    for name in os.listdir(directory):
+        if not name.startswith(STORE_PREFIX):
+            continue
+        pid = name[len(STORE_PREFIX) :].split("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _unlink(name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(SHM_DIR, name))
