@@ -97,8 +97,8 @@ def against_limit(variants: dict, json_path: str | None = None, rounds: int = 1)
     median ratio and steps/s over the rounds and their range, so that the VM's drift from minute
     to minute (10-15% here) shows instead of deciding a single figure.
     """
+    from tfaccel.bench.peers import raw_single_process_sps
     from tfaccel.bench.results import write_json
-    from tfaccel.bench.sampler import raw_single_process_sps
     from tfaccel.envs.atari import AtariConfig
 
     cpus = len(os.sched_getaffinity(0))

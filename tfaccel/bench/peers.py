@@ -25,6 +25,25 @@ def timed(step: Callable[[], int], seconds: float, warmup: float = 1.0) -> float
     return steps / elapsed
 
 
+def raw_single_process_sps(config, seconds: float) -> float:
+    """The limit's measure: one env of `config` (an `AtariConfig`) in this process, random
+    actions, the same preprocessing as training; its steps per second."""
+    env = config(seed=0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, env.spec.num_actions, 1 << 16)
+    counter = [0]
+
+    def step():
+        counter[0] += 1
+        result = env.step(int(actions[counter[0] & 0xFFFF]))
+        if result.terminated or result.truncated:
+            env.reset()
+        return 1
+
+    return timed(step, seconds)
+
+
 def gymnasium_async_sps(game: str, num_envs: int, seconds: float) -> float:
     """gymnasium AsyncVectorEnv over AtariPreprocessing + FrameStackObservation (a pipe per env)."""
     import ale_py

@@ -21,30 +21,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tfaccel.bench import end_to_end
-from tfaccel.bench.peers import PEERS, timed
+from tfaccel.bench.peers import PEERS, raw_single_process_sps, timed
 from tfaccel.bench.results import git_revision
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 
 INFERENCE_KINDS = ("none", "synchronous", "alternating", "training")
-
-
-def raw_single_process_sps(config: AtariConfig, seconds: float) -> float:
-    """One env in this process, random actions, the same preprocessing as training."""
-    env = config(seed=0)
-    env.reset()
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, env.spec.num_actions, 1 << 16)
-    counter = [0]
-
-    def step():
-        counter[0] += 1
-        result = env.step(int(actions[counter[0] & 0xFFFF]))
-        if result.terminated or result.truncated:
-            env.reset()
-        return 1
-
-    return timed(step, seconds)
 
 
 def raw_parallel_sps(config: AtariConfig, seconds: float, processes: int) -> float:
