@@ -66,13 +66,7 @@ def evaluate(
             exist, or `mp4` without imageio-ffmpeg.
     """
     _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed)
-    if gif_every < 1:
-        raise ValueError(f"gif_every must be >= 1, got {gif_every}")
-    for kind, path in (("GIF", gif), ("MP4", mp4)):
-        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"cannot write the {kind} {path}: its directory does not exist")
-    if mp4 is not None:
-        _ffmpeg()  # missing: say so before playing
+    _check_videos(gif, gif_every, mp4)
     metadata = policy_client.read_metadata(policy_dir)  # before TensorFlow starts, for errors
     preprocessing = metadata.get("preprocessing")
     if preprocessing is None:
@@ -98,6 +92,35 @@ def evaluate(
         on_game=on_game,
         **{name: value for name, value in given.items() if value is not None},
     )
+    result = _summary(records, policy_dir, preprocessing, sample, epsilon, max_agent_steps)
+    screens = records[0].frames
+    if gif:
+        frames = screens[:: gif_every // record_every]
+        frame_ms = gif_frame_ms(gif_every, preprocessing["frame_skip"])
+        write_gif(frames, gif, frame_ms)
+        result["gif"] = dict(path=os.path.abspath(gif), frames=len(frames), frame_ms=frame_ms)
+    if mp4:
+        fps = 60 / preprocessing["frame_skip"]
+        write_mp4(screens, mp4, fps)
+        result["mp4"] = dict(path=os.path.abspath(mp4), frames=len(screens), fps=fps)
+    return result
+
+
+def _check_videos(gif: str | None, gif_every: int, mp4: str | None) -> None:
+    """Raises a ValueError for a video that could not be written, before any game is played."""
+    if gif_every < 1:
+        raise ValueError(f"gif_every must be >= 1, got {gif_every}")
+    for kind, path in (("GIF", gif), ("MP4", mp4)):
+        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"cannot write the {kind} {path}: its directory does not exist")
+    if mp4 is not None:
+        _ffmpeg()  # missing: say so before playing
+
+
+def _summary(records, policy_dir, preprocessing, sample, epsilon, max_agent_steps) -> dict:
+    """The scores of the games played and how they were played; a warning when games ran to
+    the step limit (see `evaluate`)."""
+    episodes = len(records)
     scores = np.array([record.score for record in records], np.float64)
     result = dict(
         episodes=episodes,
@@ -121,16 +144,6 @@ def evaluate(
             "a game over: the policy may be stuck (a game that needs FIRE to start, played "
             "greedily with epsilon 0?)"
         )
-    screens = records[0].frames
-    if gif:
-        frames = screens[:: gif_every // record_every]
-        frame_ms = gif_frame_ms(gif_every, preprocessing["frame_skip"])
-        write_gif(frames, gif, frame_ms)
-        result["gif"] = dict(path=os.path.abspath(gif), frames=len(frames), frame_ms=frame_ms)
-    if mp4:
-        fps = 60 / preprocessing["frame_skip"]
-        write_mp4(screens, mp4, fps)
-        result["mp4"] = dict(path=os.path.abspath(mp4), frames=len(screens), fps=fps)
     return result
 
 
