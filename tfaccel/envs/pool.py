@@ -82,6 +82,40 @@ from tfaccel.types import PoolStep
 __all__ = ["EnvPool", "SerialPool", "PoolError", "WORKER_NAME", "env_seeds", "EnvFactory"]
 
 
+def _check_layout(num_workers, envs_per_worker, num_groups, split_groups_by_worker) -> None:
+    """Raises a ValueError for a layout of workers, envs and groups the pool cannot make."""
+    if num_workers <= 0 or envs_per_worker <= 0:
+        raise ValueError(
+            f"num_workers and envs_per_worker must be positive, got {num_workers}, {envs_per_worker}"
+        )
+    check_sizes(num_workers * envs_per_worker, num_groups)
+    if split_groups_by_worker and num_workers % num_groups:
+        raise ValueError(f"num_workers ({num_workers}) must split evenly into {num_groups} groups")
+    if not split_groups_by_worker and envs_per_worker % num_groups:
+        raise ValueError(
+            f"envs_per_worker ({envs_per_worker}) must split evenly into {num_groups} groups"
+        )
+
+
+def _create_segment(path: str, spec, num_envs: int):
+    """The shared segment of the pool's buffers, created at `path` and mapped.
+
+    Raises:
+        ValueError: it does not fit in SHM_DIR (saying how much it needs and has).
+    """
+    nbytes = Buffers.plan(spec, num_envs)[1]
+    try:
+        return map_shared(path, nbytes, create=True)
+    except OSError as error:
+        stats = os.statvfs(SHM_DIR)
+        raise ValueError(
+            f"{num_envs} envs need {nbytes / 2**20:,.0f} MiB of shared memory and "
+            f"{SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.0f} MiB free "
+            f"({error.strerror}): use fewer envs, or give {SHM_DIR} more room (in Docker: "
+            "--shm-size)"
+        ) from None
+
+
 def _check_importable(env_factory) -> None:
     """Workers get the factory by reference; one defined in `__main__` cannot reach them."""
     for part in (env_factory, getattr(env_factory, "func", None)):  # a functools.partial's func
@@ -192,23 +226,11 @@ class EnvPool:
         max_restarts: int = 0,
         restart_window: float = 600.0,
     ):
-        if num_workers <= 0 or envs_per_worker <= 0:
-            raise ValueError(
-                f"num_workers and envs_per_worker must be positive, got {num_workers}, {envs_per_worker}"
-            )
-        check_sizes(num_workers * envs_per_worker, num_groups)
+        _check_layout(num_workers, envs_per_worker, num_groups, split_groups_by_worker)
         if max_restarts < 0 or restart_window <= 0:
             raise ValueError(
                 f"max_restarts must be >= 0 and restart_window > 0, got {max_restarts}, "
                 f"{restart_window}"
-            )
-        if split_groups_by_worker and num_workers % num_groups:
-            raise ValueError(
-                f"num_workers ({num_workers}) must split evenly into {num_groups} groups"
-            )
-        if not split_groups_by_worker and envs_per_worker % num_groups:
-            raise ValueError(
-                f"envs_per_worker ({envs_per_worker}) must split evenly into {num_groups} groups"
             )
         self.num_envs = num_workers * envs_per_worker
         self.num_workers, self.envs_per_worker, self.timeout = num_workers, envs_per_worker, timeout
@@ -236,18 +258,8 @@ class EnvPool:
         self._faults: list[str] = []
         self._replaced: list[set[int]] = [set() for _ in range(num_groups)]  # rows to mark
 
-        nbytes = Buffers.plan(self.spec, self.num_envs)[1]
         self._shm_path = os.path.join(SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
-        try:
-            self._shm = map_shared(self._shm_path, nbytes, create=True)
-        except OSError as error:
-            stats = os.statvfs(SHM_DIR)
-            raise ValueError(
-                f"{self.num_envs} envs need {nbytes / 2**20:,.0f} MiB of shared memory and "
-                f"{SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.0f} MiB free "
-                f"({error.strerror}): use fewer envs, or give {SHM_DIR} more room (in Docker: "
-                "--shm-size)"
-            ) from None
+        self._shm = _create_segment(self._shm_path, self.spec, self.num_envs)
         self.buffers = Buffers(self.spec, self.num_envs, self._shm)
         # An open descriptor keeps the segment reachable for replacement workers (through
         # /proc/<pid>/fd) after its name is gone.
