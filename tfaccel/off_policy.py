@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import time
 
 import gin
 import numpy as np
 import tensorflow as tf
 
-from tfaccel import checkpoint, console, learner, networks, replay_files, runner
+from tfaccel import console, learner, networks, replay_files, runner
 from tfaccel import run_dir as run_dirs
 from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
@@ -161,13 +160,11 @@ def train_off_policy(
             agent.network, functools.partial(_act, atoms=atoms), pool.spec, pool.group_size, seed,
             epsilon=True,
         )  # fmt: skip
-        counters = checkpoint.Counters()
-        checkpoint_dir = os.path.join(run_dir, "checkpoints")
-        saver = checkpoint.Checkpointer(
-            checkpoint_dir, network=agent.network, target=agent.target,
-            optimizer=agent.optimizer, counters=counters, generator=generator,
+        counters, saver, restored = run_dirs.checkpoints(
+            run_dir, (log, eval_log), frame_skip, team, network=agent.network,
+            target=agent.target, optimizer=agent.optimizer, generator=generator,
         )  # fmt: skip
-        restored = run_dirs.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
+        checkpoint_dir = saver.directory
         runner.set_frame_offsets([agent.network, agent.target], env, seed, log)
         if restored and checkpoint_replay:
             loaded = replay_files.restore(checkpoint_dir, restored, replays)

@@ -11,12 +11,11 @@ bookkeeping (stopping, logging, checkpoints) is `runner.Loop`, shared with the o
 from __future__ import annotations
 
 import functools
-import os
 import time
 
 import gin
 
-from tfaccel import checkpoint, console, learner, networks, runner
+from tfaccel import console, learner, networks, runner
 from tfaccel import run_dir as run_dirs
 from tfaccel.distribute import strategies
 from tfaccel.envs.atari import AtariConfig
@@ -124,13 +123,10 @@ def train(
             lambda: make_optimizer(schedule.rate), schedule, seed, strategy,
         )  # fmt: skip
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
-        counters = checkpoint.Counters()
-        saver = checkpoint.Checkpointer(
-            os.path.join(run_dir, "checkpoints"),
-            network=agent.network, optimizer=agent.optimizer, counters=counters,
-            generator=generator, learner_generator=agent.generator,
+        counters, saver, _ = run_dirs.checkpoints(
+            run_dir, (log, eval_log), frame_skip, team, network=agent.network,
+            optimizer=agent.optimizer, generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
-        run_dirs.resume(saver, run_dir, (log, eval_log), counters, frame_skip, team)
         runner.set_frame_offsets([agent.network], env, seed, log)
         agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)

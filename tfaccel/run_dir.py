@@ -15,7 +15,7 @@ import tokenize
 import gin
 from gin import config_parser
 
-from tfaccel import evaluate, export, networks
+from tfaccel import checkpoint, evaluate, export, networks
 from tfaccel.logger import MetricsLogger
 
 
@@ -221,6 +221,20 @@ def check_same_algorithm(run_dir: str, config: str) -> None:
             f"this command's ({described(after)}): give a new --root_dir, or resume it with the "
             f"configs it was started with (its settings: {path})"
         )
+
+
+def checkpoints(run_dir: str, logs, frame_skip: int, team, **trackables):
+    """The run's counters and `Checkpointer` (of `trackables` and the counters, in
+    `run_dir/checkpoints`), resumed from its latest checkpoint if it has one (`resume`).
+
+    Returns:
+        `(counters, saver, restored)`: `restored` is the checkpoint's path, or None.
+    """
+    counters = checkpoint.Counters()
+    saver = checkpoint.Checkpointer(
+        os.path.join(run_dir, "checkpoints"), counters=counters, **trackables
+    )
+    return counters, saver, resume(saver, run_dir, logs, counters, frame_skip, team)
 
 
 def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
