@@ -107,11 +107,20 @@ def test_every_command_lists_its_flags_on_help_and_exits_0():
         assert done.stderr == "", (command, done.stderr)  # no TensorFlow start-up lines
 
 
-def test_a_stray_argument_is_one_line_not_a_silent_run():
+@pytest.mark.parametrize(
+    "args, start",
+    [
+        (["a2c.gin", "--gin_file=catch_a2c.gin"], "error: unrecognized arguments: a2c.gin"),
+        (["--gin_fil=catch_a2c.gin"], "error: unrecognized arguments: --gin_fil=catch_a2c.gin"),
+        (["--gin_file=catch_a2c.gin", "--root_dir"], "error: argument --root_dir: expected one"),
+    ],
+    ids=["stray", "unknown", "no_value"],
+)
+def test_a_stray_argument_is_one_line_not_a_silent_run(tmp_path, args, start):
     done = subprocess.run(
-        [sys.executable, "bin/train", "a2c.gin", "--gin_file=catch_a2c.gin", "--root_dir=/tmp/x"],
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}/x", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert done.returncode == 1 and done.stderr.startswith("error: unrecognized arguments: a2c")
+    assert done.returncode == 1 and done.stderr.startswith(start), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    assert not os.path.exists("/tmp/x/metrics.csv")
+    assert not os.path.exists(tmp_path / "x")

@@ -640,6 +640,18 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "train.envs_per_worker = 'four': it must be an int",
         ),
         (["--gin_bindings=train.num_workers = 2.5"], "train.num_workers = 2.5: it must be an int"),
+        (
+            ["--gin_bindings=trian.total_frames = 5"],  # a misspelt configurable
+            "no configurable named 'trian'; did you mean train? configurables: ",
+        ),
+        (  # the replay's batch under the mirrored strategy
+            [
+                "--gin_file=catch_dqn.gin",
+                "--gin_file=distribute/mirrored.gin",
+                "--gin_bindings=make_strategy.logical_cpus = 3",
+            ],
+            "train_off_policy.batch_size is 64, which does not split among 3 replicas",
+        ),  # fmt: skip
         (  # an oversized layout was an OOM kill of some process, with no word
             ["--gin_bindings=train.num_workers = 100_000"],
             "100,000 env workers of 4 envs need about",

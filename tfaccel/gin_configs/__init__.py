@@ -154,6 +154,9 @@ def with_valid_parameters(error: ValueError) -> ValueError:
     parameters (the closest first); any other error as it is."""
     import gin
 
+    missing = re.match(r"No configurable matching '(.+)'", str(error))
+    if missing:
+        return _with_valid_configurables(error, missing.group(1))
     unknown = re.match(r"Configurable '(.+)' doesn't have a parameter named '(.+)'", str(error))
     if not unknown:
         return error
@@ -172,6 +175,24 @@ def with_valid_parameters(error: ValueError) -> ValueError:
     return ValueError(
         f"{selector} has no parameter {name!r}; {guess}its parameters: {', '.join(parameters)}"
     )
+
+
+def _with_valid_configurables(error: ValueError, name: str) -> ValueError:
+    """Gin's error for a binding of a configurable that does not exist, with the closest names
+    of those registered and the list (gin's registry is private: without it, the error as is)."""
+    from gin import config as gin_config
+
+    try:
+        names = sorted({
+            selector.split(".")[-1]
+            for selector in gin_config._REGISTRY._selector_map
+            if not selector.startswith("gin.")
+        })  # fmt: skip
+    except AttributeError:
+        return error
+    close = difflib.get_close_matches(name, names, n=3)
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return ValueError(f"no configurable named {name!r}; {guess}configurables: {', '.join(names)}")
 
 
 def _not_a_resource_lookup(record: logging.LogRecord) -> bool:
