@@ -210,8 +210,7 @@ def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, gua
     # Target syncs happen as the agent steps cross multiples of the period, so a resumed run
     # keeps the target network of its checkpoint and syncs where the unbroken run would.
     synced = loop.base_steps // period
-    with StopRequest() as stop, contextlib.ExitStack() as cleanup:
-        cleanup.enter_context(saved_on(PoolError, loop.save_if_behind))
+    with StopRequest() as stop:
         if loop.complete():
             return loop.finish(stop)
         loop.log.message(
@@ -219,22 +218,24 @@ def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, gua
             f"transitions ({sampler.pool.num_envs} envs here; "
             f"{loop.limits.total_frames - loop.frames:,} frames to go)"
         )
-        while not loop.should_stop(stop):
-            steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
-            sampler.step(dqn.epsilon(algorithm, steps))
-            stored = sum(len(replay) for replay in learning.replays)
-            # Every worker holds min_replay_steps transitions: they start learning together.
-            warm = warm or not team.stop(stored < min_replay_steps)
-            tick = time.perf_counter()
-            metrics = learning.train(warm, sampler.pool.num_envs, loop.frames, cleanup, guards)
-            loop.learn_seconds += time.perf_counter() - tick
-            steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
-            if steps // period > synced:
-                agent.sync_target()
-                synced = steps // period
-            report_faults(sampler.pool, loop.log)
-            loop.advance(sampler.drain_games(), steps, metrics)
-            loop.tick()
+        with contextlib.ExitStack() as cleanup:  # the prefetcher stops before the last save
+            cleanup.enter_context(saved_on(PoolError, loop.save_if_behind))
+            while not loop.should_stop(stop):
+                steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
+                sampler.step(dqn.epsilon(algorithm, steps))
+                stored = sum(len(replay) for replay in learning.replays)
+                # Every worker holds min_replay_steps transitions: they start learning together.
+                warm = warm or not team.stop(stored < min_replay_steps)
+                tick = time.perf_counter()
+                metrics = learning.train(warm, sampler.pool.num_envs, loop.frames, cleanup, guards)
+                loop.learn_seconds += time.perf_counter() - tick
+                steps = team.agent_steps(loop.base_steps, sampler.agent_steps)
+                if steps // period > synced:
+                    agent.sync_target()
+                    synced = steps // period
+                report_faults(sampler.pool, loop.log)
+                loop.advance(sampler.drain_games(), steps, metrics)
+                loop.tick()
         return loop.finish(stop)
 
 
