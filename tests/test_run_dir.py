@@ -131,3 +131,12 @@ def test_a_run_directory_another_process_trains_is_not_removed(tmp_path):
         assert not run_dir.remove_if_unused(str(tmp_path)) and tmp_path.exists()
     assert run_dir.remove_if_unused(str(tmp_path)) and not tmp_path.exists()
     assert not run_dir.remove_if_unused(str(tmp_path))  # gone already: nothing to do
+
+
+def test_a_run_directory_is_free_again_once_its_training_ends(tmp_path):
+    """A notebook kernel that trained a run must not keep it from a command in a terminal."""
+    run_dir.take_lock(str(tmp_path))
+    with run_dir.held(str(tmp_path)):
+        pass
+    with locked_by_another_process(tmp_path) as holder:  # it took the lock: free
+        assert holder.poll() is None

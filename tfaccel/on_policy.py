@@ -109,9 +109,12 @@ def train(
     learners, chief, seed = team.learners, team.chief, team.seed(seed)
     run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
-    with runner.make_pool(
-        env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
-    ) as pool:
+    with (
+        run_dirs.held(run_dir),
+        runner.make_pool(
+            env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
+        ) as pool,
+    ):
         frames_per_rollout = frame_skip * horizon * pool.group_size * learners
         schedule = _schedule(
             learning_rate, decay_learning_rate, warmup_frames, total_frames, frames_per_rollout,

@@ -7,6 +7,7 @@ names registered, so a run directory written by an older version is read, not re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -94,17 +95,30 @@ def remove_if_unused(root_dir: str) -> bool:
         take_lock(root_dir)
     except ValueError:  # held by another process, or gone already
         return False
-    for folder, _, files in os.walk(root_dir):
-        if "checkpoint" in files:
-            return False
-        if "metrics.csv" in files:
-            with open(os.path.join(folder, "metrics.csv")) as handle:
-                if len(handle.read().splitlines()) > 1:
-                    return False
-    for folder, _, _ in os.walk(root_dir):
-        release_lock(folder)
-    shutil.rmtree(root_dir, ignore_errors=True)
-    return True
+    try:
+        for folder, _, files in os.walk(root_dir):
+            if "checkpoint" in files:
+                return False
+            if "metrics.csv" in files:
+                with open(os.path.join(folder, "metrics.csv")) as handle:
+                    if len(handle.read().splitlines()) > 1:
+                        return False
+        shutil.rmtree(root_dir, ignore_errors=True)
+        return True
+    finally:
+        root = os.path.realpath(root_dir)
+        for key in [key for key in _held if key == root or key.startswith(root + os.sep)]:
+            release_lock(key)
+
+
+@contextlib.contextmanager
+def held(run_dir: str):
+    """Lets go of the run directory's lock (`take_lock`) when the block ends: a notebook that
+    trained a run leaves it free for a command in a terminal."""
+    try:
+        yield
+    finally:
+        release_lock(run_dir)
 
 
 def publish_policy(
