@@ -417,7 +417,11 @@ def summarize(root: str) -> list[dict]:
         entry["score"] = _spread([s["score"] for s in done]) if done else None
         reference = entry["reference"]
         entry["verdict"] = (
-            verdict(entry["score"][0], reference) if done and reference else "in progress"
+            verdict(entry["score"][0], reference)
+            if done and reference
+            else "in progress"
+            if entry["seeds"]
+            else "not run"
         )
     return list(entries.values())
 

@@ -70,6 +70,7 @@ def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     assert breakout["reference"]["mean"] == pytest.approx(47.1, abs=0.05)  # Dopamine, iteration 9
     assert breakout["seeds"]["0"]["agent_steps_per_s"] == pytest.approx(2_500_000 / 1000)
     assert entries["c51", "qbert"]["verdict"] == "in progress"
+    assert entries["c51", "space_invaders"]["verdict"] == "not run"
     table = suite.table(list(entries.values()))
     assert "| categorical_dqn.gin | Breakout | 10M | 1/1 | 48.0 (48.0 to 48.0) |" in table
     suite.draw(list(entries.values()), str(tmp_path / "summary.png"))
