@@ -140,3 +140,16 @@ def test_a_run_directory_is_free_again_once_its_training_ends(tmp_path):
         pass
     with locked_by_another_process(tmp_path) as holder:  # it took the lock: free
         assert holder.poll() is None
+
+
+def test_a_filesystem_without_locks_trains_unguarded(tmp_path, monkeypatch):
+    """Some network mounts refuse flock (ENOLCK): that must not stop a run."""
+    import errno
+    import fcntl
+
+    def refused(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    run_dir.take_lock(str(tmp_path))  # no error
+    assert os.path.realpath(tmp_path) not in run_dir._held

@@ -71,6 +71,9 @@ def take_lock(run_dir: str) -> None:
             f"{run_dir} is being trained by another process ({holder}): wait for it to end or "
             "stop it, or give another --root_dir"
         ) from None
+    except OSError:  # a filesystem without locks (some network mounts): train unguarded
+        os.close(descriptor)
+        return
     os.ftruncate(descriptor, 0)
     command = " ".join(os.path.basename(arg) if i == 0 else arg for i, arg in enumerate(sys.argv))
     os.pwrite(descriptor, f"pid {os.getpid()}: {command[:150]}\n".encode(), 0)
