@@ -35,11 +35,10 @@ def worker_children():
                     name, rest = stat.read().split("(", 1)[1].rsplit(")", 1)
             except OSError:
                 continue
-            if (
-                name.startswith(WORKER_NAME)
-                and rest.split()[0] != "Z"
-                and os.getpgid(int(entry)) == os.getpgid(0)
-            ):
+            state, _parent, group = rest.split()[:3]
+            # The group is read from the same stat line: a worker that exits between two
+            # system calls cannot make this helper raise.
+            if name.startswith(WORKER_NAME) and state != "Z" and int(group) == os.getpgid(0):
                 found.append(int(entry))
     return found
 
