@@ -32,7 +32,7 @@ from tfaccel.bench import results as results_file  # noqa: E402
 BASE = [
     "set_precision.policy = 'mixed_bfloat16'",
     "train.decay_learning_rate = False",
-    "train.log_interval_frames = 100_000",
+    "RunConfig.log_interval_frames = 100_000",
 ]
 
 
@@ -46,8 +46,8 @@ def trained_frames(run_dir: str) -> int:
 
 
 def train(run_dir: str, bindings: list[str], seed: int, frames: int) -> None:
-    bindings = [*BASE, *bindings, f"train.seed = {seed}", f"train.total_frames = {frames}"]
-    bindings.append(f"train.checkpoint_interval_frames = {frames}")
+    bindings = [*BASE, *bindings, f"RunConfig.seed = {seed}", f"RunConfig.total_frames = {frames}"]
+    bindings.append(f"RunConfig.checkpoint_interval_frames = {frames}")
     command = [sys.executable, "bin/train", "--gin_file=a2c.gin", f"--root_dir={run_dir}"]
     command += [f"--gin_bindings={binding}" for binding in bindings]
     with open(f"{run_dir}.log", "w") as log:

@@ -42,8 +42,7 @@ def slug(label: str) -> str:
 
 
 def train(run_dir: str, config: str, bindings: list[str], game: str, frames: int) -> None:
-    trainer = "train_off_policy" if "dqn" in config or "rainbow" in config else "train"
-    bindings = [f"AtariConfig.game = '{game}'", *bindings, f"{trainer}.total_frames = {frames}"]
+    bindings = [f"AtariConfig.game = '{game}'", *bindings, f"RunConfig.total_frames = {frames}"]
     command = [sys.executable, "bin/train", f"--gin_file={config}", f"--root_dir={run_dir}"]
     command += [f"--gin_bindings={binding}" for binding in bindings]
     with open(f"{run_dir}.log", "a") as log:

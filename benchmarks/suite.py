@@ -200,13 +200,13 @@ def command(job: Job, root: str, wall_seconds: float | None) -> list[str]:
     bindings = [
         f"AtariConfig.game = '{job.game}'",
         f"AtariConfig.sticky_action_prob = {entry.sticky_action_prob}",
-        f"{trainer}.total_frames = {entry.frames}",
-        f"{trainer}.seed = {job.seed}",
+        f"RunConfig.total_frames = {entry.frames}",
+        f"RunConfig.seed = {job.seed}",
     ]
     if trainer == "train_off_policy":
         bindings.append("train_off_policy.checkpoint_replay = True")  # resume keeps the replay
     if wall_seconds is not None:
-        bindings.append(f"{trainer}.max_wall_seconds = {int(wall_seconds)}")
+        bindings.append(f"RunConfig.max_wall_seconds = {int(wall_seconds)}")
     bindings += entry.bindings
     return [
         sys.executable,

@@ -4,8 +4,8 @@
 A2C with 64 envs for 30 minutes (the long-run soak):
 
     .venv/bin/python benchmarks/training_soak.py --name=a2c --minutes=30 \
-        --gin_file=a2c.gin --gin_bindings="train.num_workers = 4" \
-        --gin_bindings="train.envs_per_worker = 16"
+        --gin_file=a2c.gin --gin_bindings="PoolConfig.num_workers = 4" \
+        --gin_bindings="PoolConfig.envs_per_worker = 16"
 
 A replay run through the moment its buffer fills (C51 with a 200k-transition replay):
 
@@ -70,8 +70,7 @@ def main():
     command += [f"--gin_file={name}" for name in args.gin_file]
     command += [f"--gin_bindings={binding}" for binding in args.gin_bindings]
     command += [
-        f"--gin_bindings={'train_off_policy' if capacity else 'train'}.max_wall_seconds = "
-        f"{args.minutes * 60}"
+        f"--gin_bindings=RunConfig.max_wall_seconds = {args.minutes * 60}"
     ]
     shm_before = shm_used_mib()
     begin = time.perf_counter()

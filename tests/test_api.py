@@ -22,7 +22,7 @@ def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
     c51 = tfaccel.train(
         "categorical_dqn.gin",
         str(tmp_path / "c51"),
-        ["train_off_policy.num_workers = 1", "train_off_policy.envs_per_worker = 4"],
+        ["PoolConfig.num_workers = 1", "PoolConfig.envs_per_worker = 4"],
         total_frames=1_200,
         replay_capacity=4_000,
         min_replay_steps=100,
@@ -46,7 +46,8 @@ def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
 
 
 def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
-    with pytest.raises(ValueError, match=r"train has no parameter 'total_frame'; did you mean"):
+    with pytest.raises(ValueError, match=r"train takes no setting 'total_frame'; did you mean "
+                       r"total_frames or"):  # fmt: skip
         tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "x"), total_frame=10)
     with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found"):
         tfaccel.train("nope.gin", str(tmp_path / "y"))

@@ -22,14 +22,16 @@ def test_docstring_examples():
 def test_write_json_keeps_the_document_and_adds_command_revision_machine_and_date(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(sys, "argv", ["bench.py", "--gin_bindings=train.seed = 1"])
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--gin_bindings=RunConfig.seed = 1"])
     path = tmp_path / "run.json"
     results.write_json(str(path), {"final_score": 18.5})
     document = json.loads(path.read_text())
     assert document["final_score"] == 18.5
     assert set(document) == {"final_score", "command", "git_revision", "machine", "date"}
     assert document["machine"]["cpu"] and 1 <= document["machine"]["cores"] <= os.cpu_count()
-    assert document["command"] == "bench.py '--gin_bindings=train.seed = 1'"  # pastes into a shell
+    assert (
+        document["command"] == "bench.py '--gin_bindings=RunConfig.seed = 1'"
+    )  # pastes into a shell
     assert document["date"].endswith("Z")
 
 

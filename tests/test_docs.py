@@ -104,7 +104,7 @@ def test_bin_train_takes_the_example_env_through_gin(tmp_path):
     write_files(tmp_path, files)
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "bin", "train"), "--gin_file=corridor.gin",
-         "--gin_bindings=train.total_frames = 2000", "--root_dir=runs/corridor_bin"],
+         "--gin_bindings=RunConfig.total_frames = 2000", "--root_dir=runs/corridor_bin"],
         cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

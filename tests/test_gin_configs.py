@@ -1,5 +1,7 @@
 """Every shipped gin config parses with unknown bindings as errors, and bare names resolve."""
 
+import re
+
 import gin
 import pytest
 
@@ -52,7 +54,11 @@ def test_includes_log_no_error_looking_lines(caplog):
 @pytest.mark.parametrize(
     "binding, message",
     [  # a function's parameters, a config class's fields, and a name close to none of them
-        ("train.totl_frames = 1", r"train has no parameter 'totl_frames'; did you mean total_f"),
+        ("train.horizn = 1", r"train has no parameter 'horizn'; did you mean horizon\?"),
+        (
+            "RunConfig.total_frame = 1",
+            r"RunConfig has no parameter 'total_frame'; did you mean total_frames or",
+        ),
         ("AtariConfig.gam = 'pong'", r"did you mean game\? its parameters: game, frame_skip,"),
         ("DQNConfig.zzz = 1", r"DQNConfig has no parameter 'zzz'; its parameters: double,"),
     ],
@@ -76,3 +82,24 @@ def test_a_package_named_like_a_config_folder_does_not_break_includes(tmp_path, 
         gin.clear_config()
         gin_configs.parse([name])
     gin.clear_config()
+
+
+@pytest.mark.parametrize(
+    "binding, message",
+    [  # renamed since an earlier version: the new name
+        ("train.total_frames = 1", "train.total_frames is now RunConfig.total_frames"),
+        ("train_off_policy.num_workers = 1", "train_off_policy.num_workers is now PoolConfig."),
+        ("make_pool.max_restarts = 1", "make_pool.max_restarts is now PoolConfig.max_restarts"),
+        # a shared setting of the wrong type: what it must be
+        ("RunConfig.total_frames = 'many'", "RunConfig.total_frames = 'many': it must be an int"),
+        ("PoolConfig.envs_per_worker = 2.5", "PoolConfig.envs_per_worker = 2.5: it must be an int"),
+        ("RunConfig.max_wall_seconds = '1h'", "RunConfig.max_wall_seconds = '1h': it must be a "),
+    ],
+)
+def test_a_renamed_or_mistyped_shared_setting_is_one_line(binding, message):
+    gin.clear_config()
+    try:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            gin_configs.parse(["dqn.gin"], [binding])
+    finally:
+        gin.clear_config()

@@ -37,15 +37,25 @@ def test_changed_settings_names_each_changed_added_and_dropped_binding():
         BEFORE.replace("center_frames = False", "center_frames = True")
         .replace("eval/train.eval_epsilon = 0.001\n", "")
         .replace("@nature_torso", "@nature_torso()")
-        + "train_off_policy.total_frames = 20_000_000\n"
+        + "RunConfig.total_frames = 20_000_000\n"
     )
     assert run_dir.changed_settings(BEFORE, after) == [
+        "RunConfig.total_frames: unset -> 20000000",
         "eval/train.eval_epsilon: 0.001 -> unset",
         "nature_torso.center_frames: False -> True",
         "train_off_policy.torso: '@nature_torso' -> '@nature_torso()'",
-        "train_off_policy.total_frames: unset -> 20000000",
     ]
     assert run_dir.changed_settings(BEFORE, BEFORE + "\n# a comment\n") == []
+
+
+def test_an_operative_config_of_an_earlier_version_is_read_under_the_current_names():
+    # Written before the shared settings moved to RunConfig and PoolConfig: the same run.
+    before = "train.total_frames = 1000\ntrain.num_workers = 2\nmake_pool.timeout = 60.0\n"
+    after = "RunConfig.total_frames = 1000\nPoolConfig.num_workers = 2\nPoolConfig.timeout = 60.0\n"
+    assert run_dir.changed_settings(before, after) == []
+    assert run_dir.changed_settings(before, after.replace("1000", "2000")) == [
+        "RunConfig.total_frames: 1000 -> 2000"
+    ]
 
 
 def test_a_resume_keeps_the_previous_settings_and_warns_only_when_they_changed(tmp_path):

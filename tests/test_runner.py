@@ -26,7 +26,7 @@ def make_loop(tmp_path, total=1000, log_every=300, save_every=500, counters=None
     )
     saves = []
     log = MetricsLogger(str(tmp_path), stream=io.StringIO())
-    limits = runner.Limits(total, log_every, save_every, 0.0, "train")
+    limits = runner.RunConfig(total, log_every, save_every)
     loop = runner.Loop(counters, 4, limits, log, Team(), sampler,
                        lambda frames, wall_s: saves.append(frames), **options)  # fmt: skip
     return loop, saves, log
@@ -76,7 +76,7 @@ def test_a_resumed_run_counts_on_and_a_complete_one_says_so(tmp_path):
     loop, saves, log = make_loop(tmp_path, counters=counters)
     assert loop.frames == loop.last_log == loop.last_save == 1000
     assert loop.complete()
-    assert "raise train.total_frames to go on" in log._stream.getvalue()
+    assert "raise RunConfig.total_frames to go on" in log._stream.getvalue()
     summary = loop.finish(types.SimpleNamespace(signal_name=None))
     assert saves == [] and summary["final_score"] == 4.0  # the remembered scores
     longer, _, _ = make_loop(tmp_path / "more", total=2000, counters=counters)
@@ -87,6 +87,6 @@ def test_a_pool_larger_than_the_memory_available_is_one_line():
     runner.check_pool_memory(2, 16, available=8 * 2**30)  # 2 x 48 + 32 MiB: fits
     with pytest.raises(ValueError, match=re.escape(
         "2,000 env workers of 64 envs need about 218.8 GiB of memory and this machine has 8.0 GiB "
-        "available: use fewer workers (train.num_workers)"
+        "available: use fewer workers (PoolConfig.num_workers)"
     )):  # fmt: skip
         runner.check_pool_memory(2000, 64, available=8 * 2**30)

@@ -43,10 +43,10 @@ def test_the_command_binds_the_trainer_the_game_the_seed_and_the_wall_limit():
     assert bindings == [
         "AtariConfig.game = 'qbert'",
         "AtariConfig.sticky_action_prob = 0.25",
-        "train_off_policy.total_frames = 10000000",
-        "train_off_policy.seed = 0",
+        "RunConfig.total_frames = 10000000",
+        "RunConfig.seed = 0",
         "train_off_policy.checkpoint_replay = True",
-        "train_off_policy.max_wall_seconds = 3600",
+        "RunConfig.max_wall_seconds = 3600",
     ]
 
 
@@ -56,7 +56,7 @@ def write_run(path, rows):
         handle.write("env_frames,agent_steps,wall_s,fps,episode_return_raw_mean,episodes\n")
         handle.writelines(f"{f},{f // 4},{f / 1e4},1000,{s},1\n" for f, s in rows)
     with open(os.path.join(path, "operative_config.gin"), "w") as handle:
-        handle.write("train.seed = 0\n")
+        handle.write("RunConfig.seed = 0\n")
 
 
 def test_a_summary_of_finished_and_unfinished_runs(tmp_path):

@@ -98,8 +98,10 @@ def train(
         config: a gin config or a list of them (bare names are tfaccel's, e.g. `"a2c.gin"`).
         root_dir: the run directory.
         bindings: gin bindings, e.g. `["AtariConfig.game = 'breakout'"]`.
-        **overrides: parameters of the config's trainer (`train` or `train_off_policy`), e.g.
-            `total_frames=2_000`, bound after the configs and bindings.
+        **overrides: settings bound after the configs and bindings, by their bare names:
+            those of `RunConfig` (`total_frames=2_000`, `seed=1`, ...), of `PoolConfig`
+            (`num_workers=0`, `envs_per_worker=4`, ...), or else of the config's trainer
+            (`train` or `train_off_policy`, e.g. `learning_rate=1e-3`).
 
     Raises:
         ValueError: an unknown config, binding or parameter, or bad settings (with what is
@@ -117,16 +119,48 @@ def train(
         with gin.unlock_config():  # a parse locks gin; the next call unlocks it here
             gin.clear_config()
             gin_configs.parse(files, list(bindings))
-            trainer = _trainer_name()  # overrides go to the trainer the configs chose
             if overrides:
+                extra = _override_bindings(overrides, _trainer_name())
                 gin.clear_config()
-                extra = [f"{trainer}.{name} = {value!r}" for name, value in overrides.items()]
                 gin_configs.parse(files, [*bindings, *extra])
         summary = trainers.run(root_dir)
     finally:
         with gin.unlock_config():
             gin.clear_config()
     return Run(root_dir, summary)
+
+
+def _override_bindings(overrides: dict, trainer: str) -> list[str]:
+    """`train`'s overrides as gin bindings: a setting every trainer shares goes to the
+    configurable that holds it (`RunConfig`, `PoolConfig`), any other to `trainer`.
+
+    Raises:
+        ValueError: a name that none of them takes (with the closest ones and the list).
+    """
+    import dataclasses
+    import difflib
+    import inspect
+
+    import gin
+
+    from tfaccel import runner
+
+    owners = {
+        field.name: shared.__name__
+        for shared in (runner.RunConfig, runner.PoolConfig)
+        for field in dataclasses.fields(shared)
+    }
+    not_settings = {"root_dir", "run_config", "pool_config", "team"}  # passed, not bound
+    signature = inspect.signature(inspect.unwrap(gin.get_configurable(trainer)))
+    owners |= {name: trainer for name in signature.parameters if name not in not_settings}
+    for name in overrides:
+        if name not in owners:
+            close = difflib.get_close_matches(name, owners, n=3)
+            guess = f"did you mean {' or '.join(close)}? " if close else ""
+            raise ValueError(
+                f"{trainer} takes no setting {name!r}; {guess}its settings: {', '.join(owners)}"
+            )
+    return [f"{owners[name]}.{name} = {value!r}" for name, value in overrides.items()]
 
 
 def _trainer_name() -> str:

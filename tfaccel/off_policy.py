@@ -56,7 +56,7 @@ def _sample(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[in
     return batch, [share] * len(replays)
 
 
-@gin.configurable(denylist=["root_dir"])
+@gin.configurable(denylist=["root_dir", "run_config", "pool_config"])
 def train_off_policy(
     root_dir: str,
     env=gin.REQUIRED,
@@ -65,9 +65,6 @@ def train_off_policy(
     dueling: bool = False,
     make_optimizer=learner.make_adam,
     learning_rate: float = 6.25e-5,
-    num_workers: int = 2,
-    envs_per_worker: int = 8,
-    num_groups: int = 2,
     replay_capacity: int = 1_000_000,
     n_step: int = 1,
     discount: float = 0.99,
@@ -78,20 +75,18 @@ def train_off_policy(
     batch_size: int = 32,
     replay_ratio: float = 8.0,
     min_replay_steps: int = 20_000,
-    total_frames: int = 10_000_000,
-    log_interval_frames: int = 100_000,
-    checkpoint_interval_frames: int = 1_000_000,
-    eval_episodes: int = 0,
-    worker_niceness: int = 5,
-    tf_threads: int = 0,
-    max_wall_seconds: float = 0.0,
     prefetch: bool = True,
     assembly_threads: int = 2,
     checkpoint_replay: bool = False,
-    seed: int = 0,
-    on_nonfinite: str = "skip",
+    run_config: runner.RunConfig | None = None,
+    pool_config: runner.PoolConfig | None = None,
 ) -> dict:
     """Trains a DQN-family agent from replay; see the module docstring.
+
+    The settings every trainer shares are `runner.RunConfig` (frames, intervals, evaluation,
+    wall limit, seed, threads) and `runner.PoolConfig` (workers, envs, groups; one replay buffer
+    per group), bound once in gin (`RunConfig.total_frames = ...`) or passed from Python
+    (`run_config=RunConfig(...)`).
 
     Args:
         root_dir: the run directory (created; reused to resume).
@@ -101,27 +96,17 @@ def train_off_policy(
         dueling: dueling heads (Wang et al., 2016).
         make_optimizer: `learning_rate -> optimizer`.
         learning_rate: the optimizer's learning rate (constant).
-        num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
-        envs_per_worker: envs per worker.
-        num_groups: 1 or 2 alternating groups, one replay buffer each.
         replay_capacity: transitions kept, over all envs.
         n_step: steps of the n-step return.
         discount: gamma.
         prioritized: prioritized replay (Schaul et al., 2016).
         priority_alpha: priority exponent alpha.
         priority_beta: importance-sampling exponent beta at the start.
-        anneal_beta: beta grows linearly to 1 over `total_frames` (else it stays constant).
+        anneal_beta: beta grows linearly to 1 over `RunConfig.total_frames` (else it stays
+            constant).
         batch_size: samples per gradient step.
         replay_ratio: gradient samples per agent step (training intensity).
         min_replay_steps: agent steps stored before learning starts.
-        total_frames: env frames to train for (frames = agent steps x frame skip).
-        log_interval_frames: env frames between rows of metrics.csv.
-        checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
-        eval_episodes: full games played by the exported policy at each checkpoint, with
-            `algorithm.eval_epsilon` (Atari only; raw score, written to eval.csv); 0: none.
-        worker_niceness: nice value added to env workers.
-        tf_threads: TensorFlow threads in this process (0: one per core).
-        max_wall_seconds: also stop (and save) after this much wall time (0: no limit).
         prefetch: draw batches in a background thread while the learner trains (False: draw
             each batch when it is needed; the run is then a function of the seed on a
             deterministic env).
@@ -130,28 +115,26 @@ def train_off_policy(
             threads against 6.3 ms with 1 on 2 cores (benchmarks/replay_memory.py).
         checkpoint_replay: save the replay memory with each checkpoint and restore it on resume
             (a resumed run then learns on at once instead of refilling); one file, the latest.
-        seed: seeds the initial weights, the envs, replay sampling and exploration.
-        on_nonfinite: after a step with a non-finite loss or gradient (never applied; its
-            batch's priorities are kept): `skip`, `restore` or `stop` (`guards.NonFiniteGuard`).
+        run_config: the run's `RunConfig` (None: as gin binds it).
+        pool_config: the run's `PoolConfig` (None: as gin binds it).
     """
-    NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
-    strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
+    NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
+    strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
     # Several machines: as in `on_policy.train`, each worker acts and replays on its own envs.
     team = strategies.SyncTeam(strategy)
-    chief, seed = team.chief, team.seed(seed)
+    chief, seed = team.chief, team.seed(settings.seed)
     run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with (
         run_dirs.held(run_dir),
-        runner.make_pool(
-            env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
-        ) as pool,
+        runner.make_pool(env, seed, layout) as pool,
     ):
         replays = _make_replays(
-            pool, replay_capacity, num_groups, batch_size, min_replay_steps, seed,
+            pool, replay_capacity, layout.num_groups, batch_size, min_replay_steps, seed,
             n_step=n_step, discount=discount, prioritized=prioritized, alpha=priority_alpha,
             assembly_threads=assembly_threads,
         )  # fmt: skip
@@ -184,25 +167,24 @@ def train_off_policy(
             if chief:
                 run_dirs.publish_policy(
                     agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
-                    eval_episodes, algorithm.eval_epsilon, seed, **_export_head(atoms),
+                    settings.eval_episodes, algorithm.eval_epsilon, seed, **_export_head(atoms),
                 )  # fmt: skip
 
         sampler = ReplaySampler(pool, act, replays)
         learning = _ReplayLearning(
             agent, replays, batch_size, replay_ratio, prioritized,
-            (priority_beta, anneal_beta, total_frames), prefetch,
-        )  # fmt: skip
-        limits = runner.Limits(
-            total_frames, log_interval_frames, checkpoint_interval_frames, max_wall_seconds,
-            "train_off_policy",
+            (priority_beta, anneal_beta, settings.total_frames), prefetch,
         )  # fmt: skip
         loop = runner.Loop(
-            counters, frame_skip, limits, log, team, sampler, save, note=learning.note,
+            counters, frame_skip, settings, log, team, sampler, save, note=learning.note,
             columns=lambda: learning.columns(
                 dqn.epsilon(algorithm, loop.frames // frame_skip), loop.learn_seconds
             ),
         )  # fmt: skip
-        guards = (NonFiniteGuard(on_nonfinite, agent, saver, log, team), DeadNetworkWatch(log))
+        guards = (
+            NonFiniteGuard(settings.on_nonfinite, agent, saver, log, team),
+            DeadNetworkWatch(log),
+        )
         return _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, guards)
 
 
@@ -219,7 +201,7 @@ def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, gua
         loop.log.message(
             f"filling the replay: learning starts when each process holds {min_replay_steps:,} "
             f"transitions ({sampler.pool.num_envs} envs here; "
-            f"{loop.limits.total_frames - loop.frames:,} frames to go)"
+            f"{loop.settings.total_frames - loop.frames:,} frames to go)"
         )
         with contextlib.ExitStack() as cleanup:  # the prefetcher stops before the last save
             cleanup.enter_context(saved_on(PoolError, loop.save_if_behind))
@@ -364,7 +346,7 @@ def _make_replays(pool, capacity, num_groups, batch_size, min_replay_steps, seed
     if batch_size % num_groups:
         raise ValueError(
             f"train_off_policy.batch_size = {batch_size} does not split into {num_groups} "
-            "equal shares (one from each group's replay): use a multiple of num_groups"
+            "equal shares (one from each group's replay): use a multiple of PoolConfig.num_groups"
         )
     # A full ring still has its newest n steps and its oldest stack - 1 incomplete.
     n_step = options["n_step"]

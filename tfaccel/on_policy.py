@@ -25,7 +25,7 @@ from tfaccel.sampler import OnPolicySampler, compile_act
 from tfaccel.types import Rollout
 
 
-@gin.configurable(denylist=["root_dir", "team"])
+@gin.configurable(denylist=["root_dir", "run_config", "pool_config", "team"])
 def train(
     root_dir: str,
     env=gin.REQUIRED,
@@ -40,23 +40,17 @@ def train(
     learning_rate: float = 7e-4,
     decay_learning_rate: bool = True,
     warmup_frames: int = 0,
-    num_workers: int = 2,
-    envs_per_worker: int = 16,
-    num_groups: int = 2,
     horizon: int = 5,
-    total_frames: int = 40_000_000,
-    log_interval_frames: int = 100_000,
-    checkpoint_interval_frames: int = 2_000_000,
-    eval_episodes: int = 0,
     eval_epsilon: float = 0.0,
-    max_wall_seconds: float = 0.0,
-    worker_niceness: int = 5,
-    tf_threads: int = 0,
-    seed: int = 0,
-    on_nonfinite: str = "skip",
+    run_config: runner.RunConfig | None = None,
+    pool_config: runner.PoolConfig | None = None,
     team=None,
 ) -> dict:
     """Trains an on-policy agent; see the module docstring. Returns the final summary.
+
+    The settings every trainer shares are `runner.RunConfig` (frames, intervals, evaluation,
+    wall limit, seed, threads) and `runner.PoolConfig` (workers, envs, groups), bound once in gin
+    (`RunConfig.total_frames = ...`) or passed from Python (`run_config=RunConfig(...)`).
 
     Args:
         root_dir: the run directory (created; reused to resume).
@@ -74,51 +68,37 @@ def train(
             value [B])` like `PolicyValueNetwork`); None: `PolicyValueNetwork` on `torso`.
         make_optimizer: `learning_rate -> optimizer` (`@make_rmsprop`, `@make_adam`).
         learning_rate: initial learning rate.
-        decay_learning_rate: anneal it linearly to 0 over `total_frames`.
+        decay_learning_rate: anneal it linearly to 0 over `RunConfig.total_frames`.
         warmup_frames: raise it linearly from 0 over this many env frames first (0: none; see
             `learner.warm_up`); a decay still runs over all of `total_frames`.
-        num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
-        envs_per_worker: envs per worker (with 0 workers: the envs).
-        num_groups: 1 (synchronous) or 2 (alternating groups, each trained on as it completes).
         horizon: steps per rollout (t_max).
-        total_frames: env frames to train for (frames = agent steps x frame skip).
-        log_interval_frames: env frames between rows of metrics.csv.
-        checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
-        eval_episodes: full games played by the exported policy at each checkpoint (Atari only;
-            no life-loss ends, raw score, the noop starts of training); 0: no evaluation.
-        eval_epsilon: epsilon-greedy exploration of those games.
-        max_wall_seconds: also stop (and save) after this much wall time in this process (0: no
-            limit); the same command continues the run.
-        worker_niceness: nice value added to env workers so inference and learning get the cores.
-        tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
-        seed: seeds the initial weights, the envs, the policy's sampling and the minibatches.
-        on_nonfinite: after a step with a non-finite loss or gradient (never applied): `skip`,
-            `restore` (the last checkpoint's weights) or `stop` (see `NonFiniteGuard`).
+        eval_epsilon: epsilon-greedy exploration of the evaluation games
+            (`RunConfig.eval_episodes`).
+        run_config: the run's `RunConfig` (None: as gin binds it).
+        pool_config: the run's `PoolConfig` (None: as gin binds it).
         team: the processes training together, when not this process alone or the workers of
             the strategy (`tfaccel.distribute.asynchronous.AsyncTeam`; not a gin setting).
     """
-    NonFiniteGuard.check_action(on_nonfinite)  # before anything starts
-    strategy = console.set_up_tensorflow(tf_threads, strategies.make_strategy)
+    settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
+    NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
+    strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
-    group_size = max(num_workers, 1) * envs_per_worker // max(num_groups, 1)  # 0: in process
-    strategies.check_split(strategy, group_size, "the number of envs per group")
-    _check_rollout(horizon, group_size // strategies.local_replicas(strategy), algorithm)
+    strategies.check_split(strategy, layout.group_size, "the number of envs per group")
+    _check_rollout(horizon, layout.group_size // strategies.local_replicas(strategy), algorithm)
     # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
     # the chief owns root_dir, the others keep their state in their own directory below it.
     team = team or strategies.SyncTeam(strategy)
-    learners, chief, seed = team.learners, team.chief, team.seed(seed)
+    learners, chief, seed = team.learners, team.chief, team.seed(settings.seed)
     run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
     with (
         run_dirs.held(run_dir),
-        runner.make_pool(
-            env, num_workers, envs_per_worker, num_groups, seed, worker_niceness
-        ) as pool,
+        runner.make_pool(env, seed, layout) as pool,
     ):
         frames_per_rollout = frame_skip * horizon * pool.group_size * learners
         schedule = _schedule(
-            learning_rate, decay_learning_rate, warmup_frames, total_frames, frames_per_rollout,
-            algorithm,
+            learning_rate, decay_learning_rate, warmup_frames, settings.total_frames,
+            frames_per_rollout, algorithm,
         )  # fmt: skip
         make_network = network or functools.partial(networks.PolicyValueNetwork, torso=torso)
         agent = _make_learner(
@@ -141,15 +121,12 @@ def train(
             if chief:
                 run_dirs.publish_policy(
                     agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
-                    eval_episodes, eval_epsilon, seed,
+                    settings.eval_episodes, eval_epsilon, seed,
                 )  # fmt: skip
 
-        limits = runner.Limits(
-            total_frames, log_interval_frames, checkpoint_interval_frames, max_wall_seconds, "train"
-        )
-        loop = runner.Loop(counters, frame_skip, limits, log, team, sampler, save,
+        loop = runner.Loop(counters, frame_skip, settings, log, team, sampler, save,
                            columns=lambda: {"learning_rate": agent.learning_rate})  # fmt: skip
-        guard = NonFiniteGuard(on_nonfinite, agent, saver, log, team)
+        guard = NonFiniteGuard(settings.on_nonfinite, agent, saver, log, team)
         return _loop(loop, sampler, agent, team, guard, log)
 
 
@@ -231,9 +208,10 @@ def _loop(loop, sampler, agent, team, guard, log) -> dict:
     with StopRequest() as stop, saved_on(PoolError, loop.save_if_behind):
         if loop.complete():
             return loop.finish(stop)
+        to_go = loop.settings.total_frames - loop.frames
         log.message(
-            f"training on {sampler.pool.num_envs} envs, {loop.limits.total_frames - loop.frames:,}"
-            f" frames to go (from {loop.frames:,}); learning from the first rollout"
+            f"training on {sampler.pool.num_envs} envs, {to_go:,} frames to go (from "
+            f"{loop.frames:,}); learning from the first rollout"
         )
         watch = DeadNetworkWatch(log)
         for _, rollout in sampler.rollouts():

@@ -16,7 +16,7 @@ import tokenize
 import gin
 from gin import config_parser
 
-from tfaccel import checkpoint, evaluate, export, networks
+from tfaccel import checkpoint, evaluate, export, gin_configs, networks
 from tfaccel.logger import MetricsLogger
 
 
@@ -161,12 +161,15 @@ class _TextDelegate(config_parser.ParserDelegate):
 
 
 def gin_settings(text: str) -> dict[str, object]:
-    """The bindings of a gin file (e.g. an `operative_config.gin`) as `{"scope/name.arg": value}`."""
+    """The bindings of a gin file (e.g. an `operative_config.gin`) as `{"scope/name.arg": value}`,
+    under their current names: a binding renamed since the file was written
+    (`gin_configs.RENAMED`, e.g. `train.total_frames`) counts as the one it became."""
     settings = {}
     for statement in config_parser.ConfigParser(text, _TextDelegate()):
         if isinstance(statement, config_parser.BindingStatement):
             scope = f"{statement.scope}/" if statement.scope else ""
-            settings[f"{scope}{statement.selector}.{statement.arg_name}"] = statement.value
+            name = f"{statement.selector}.{statement.arg_name}"
+            settings[f"{scope}{gin_configs.RENAMED.get(name, name)}"] = statement.value
     return settings
 
 

@@ -5,7 +5,7 @@ and save, the metrics row and the summary.
 A trainer (`on_policy.train`, `off_policy.train_off_policy`) builds its learner and sampler, then
 runs a body of its own inside this skeleton:
 
-    loop = Loop(counters, frame_skip, limits, log, team, sampler, save)
+    loop = Loop(counters, frame_skip, settings, log, team, sampler, save)
     with StopRequest() as stop, saved_on(PoolError, loop.save_if_behind):
         while not loop.should_stop(stop):
             ...                                   # collect and learn (`loop.learn_seconds`)
@@ -74,25 +74,53 @@ def set_frame_offsets(models, env, seed: int, log) -> None:
             log.message(f"frames are offset by the game's background pixel, {value:.4f}")
 
 
-@gin.configurable(allowlist=["max_restarts", "restart_window", "timeout"])
-def make_pool(
-    env, num_workers: int, envs_per_worker: int, num_groups: int, seed: int, niceness: int,
-    max_restarts: int = 3, restart_window: float = 600.0, timeout: float = 120.0,
-) -> EnvPool | SerialPool:  # fmt: skip
-    """The env pool of a training run. A worker that dies, hangs (no answer in `timeout` s) or
-    whose env raises is replaced, up to `max_restarts` times in `restart_window` s; one more
-    fault ends the run with its error (and the last checkpoint). See `EnvPool`.
+@gin.configurable(module="tfaccel")
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """The env pool of a training run, the same settings for every trainer (`PoolConfig.*`).
+
+    Attributes:
+        num_workers: env worker processes (0: the envs step in this process, see `make_pool`).
+        envs_per_worker: envs per worker (with 0 workers: the envs).
+        num_groups: 1 (synchronous) or 2 (alternating groups: one steps while the other's
+            inference and learning run).
+        worker_niceness: nice value added to env workers, so that inference and learning get
+            the cores first.
+        max_restarts: workers that die, hang or whose env raises are replaced up to this many
+            times in `restart_window` seconds; one more fault ends the run (with its checkpoint).
+        restart_window: seconds.
+        timeout: seconds without an answer after which a worker is taken to hang.
+    """
+
+    num_workers: int = 2
+    envs_per_worker: int = 8
+    num_groups: int = 2
+    worker_niceness: int = 5
+    max_restarts: int = 3
+    restart_window: float = 600.0
+    timeout: float = 120.0
+
+    @property
+    def group_size(self) -> int:
+        """Envs per group (the batch of one inference call)."""
+        return max(self.num_workers, 1) * self.envs_per_worker // max(self.num_groups, 1)
+
+
+def make_pool(env, seed: int, layout: PoolConfig) -> EnvPool | SerialPool:
+    """The env pool of a training run (`layout`). A worker that dies, hangs or whose env raises
+    is replaced, up to `layout.max_restarts` times in `layout.restart_window` s; one more fault
+    ends the run with its error (and the last checkpoint). See `EnvPool`.
 
     `num_workers = 0`: the `envs_per_worker` envs step in this process (`SerialPool`): slower,
     but an env defined in a notebook or a script's `__main__` works (workers cannot import it).
     """
-    if num_workers == 0:
-        return SerialPool(env, envs_per_worker, num_groups=num_groups, seed=seed)
-    check_pool_memory(num_workers, envs_per_worker)
+    if layout.num_workers == 0:
+        return SerialPool(env, layout.envs_per_worker, num_groups=layout.num_groups, seed=seed)
+    check_pool_memory(layout.num_workers, layout.envs_per_worker)
     return EnvPool(
-        env, num_workers, envs_per_worker, num_groups=num_groups, seed=seed,
-        worker_niceness=niceness, max_restarts=max_restarts, restart_window=restart_window,
-        timeout=timeout,
+        env, layout.num_workers, layout.envs_per_worker, num_groups=layout.num_groups, seed=seed,
+        worker_niceness=layout.worker_niceness, max_restarts=layout.max_restarts,
+        restart_window=layout.restart_window, timeout=layout.timeout,
     )  # fmt: skip
 
 
@@ -114,27 +142,40 @@ def check_pool_memory(num_workers: int, envs_per_worker: int, available=None) ->
         raise ValueError(
             f"{num_workers:,} env workers of {envs_per_worker:,} envs need about "
             f"{needed / 2**30:.1f} GiB of memory and this machine has {available / 2**30:.1f} "
-            "GiB available: use fewer workers (train.num_workers) or envs per worker"
+            "GiB available: use fewer workers (PoolConfig.num_workers) or envs per worker"
         )
 
 
+@gin.configurable(module="tfaccel")
 @dataclasses.dataclass(frozen=True)
-class Limits:
-    """When a run stops and how often it logs and saves, in env frames (and wall seconds).
+class RunConfig:
+    """How long a run trains, how often it logs, saves and evaluates, and what it does on its
+    own: the settings every trainer shares (`RunConfig.*`; counts in env frames, which are agent
+    steps x frame skip).
 
     Attributes:
         total_frames: env frames to train for.
         log_interval_frames: env frames between rows of metrics.csv.
-        checkpoint_interval_frames: env frames between checkpoints.
-        max_wall_seconds: also stop (and save) after this much wall time in this process (0: none).
-        trainer: the trainer's gin name, which the messages name its settings by.
+        checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
+        eval_episodes: full games played by the exported policy at each checkpoint (Atari only;
+            no life-loss ends, raw score, the noop starts of training; eval.csv); 0: none.
+        max_wall_seconds: also stop (and save) after this much wall time in this process (0: no
+            limit); the same command continues the run.
+        seed: seeds the initial weights, the envs, the policy's sampling, the minibatches and
+            replay sampling.
+        on_nonfinite: after a step with a non-finite loss or gradient (never applied): `skip`,
+            `restore` (the last checkpoint's weights) or `stop` (`guards.NonFiniteGuard`).
+        tf_threads: TensorFlow's intra- and inter-op threads in this process (0: one per core).
     """
 
-    total_frames: int
-    log_interval_frames: int
-    checkpoint_interval_frames: int
-    max_wall_seconds: float
-    trainer: str
+    total_frames: int = 10_000_000
+    log_interval_frames: int = 100_000
+    checkpoint_interval_frames: int = 1_000_000
+    eval_episodes: int = 0
+    max_wall_seconds: float = 0.0
+    seed: int = 0
+    on_nonfinite: str = "skip"
+    tf_threads: int = 0
 
 
 class Loop:
@@ -149,7 +190,7 @@ class Loop:
     Args:
         counters: the run's `checkpoint.Counters` (restored on resume).
         frame_skip: env frames per agent step.
-        limits: `Limits`.
+        settings: the run's `RunConfig`.
         log: the run's `MetricsLogger`.
         team: the processes training together (`strategies.SyncTeam`, `AsyncTeam`).
         sampler: the trainer's sampler (its `pool` and its `seconds` of env and inference).
@@ -158,9 +199,9 @@ class Loop:
         note: `() -> str`, what the progress line adds after the score.
     """
 
-    def __init__(self, counters, frame_skip, limits, log, team, sampler, save,
+    def __init__(self, counters, frame_skip, settings, log, team, sampler, save,
                  columns=dict, note=str):  # fmt: skip
-        self.counters, self.frame_skip, self.limits = counters, frame_skip, limits
+        self.counters, self.frame_skip, self.settings = counters, frame_skip, settings
         self.log, self._team, self._sampler, self._save = log, team, sampler, save
         self._columns, self._note = columns, note
         self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
@@ -169,28 +210,27 @@ class Loop:
         self.start = self._last_time = time.perf_counter()
         self.learn_seconds = 0.0
         self.metrics: dict = {}
-        self._display = Progress(log, limits.total_frames, frame_skip, self.frames)
+        self._display = Progress(log, settings.total_frames, frame_skip, self.frames)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
     def complete(self) -> bool:
         """Whether the run had trained all its frames already (says so)."""
-        if self.frames < self.limits.total_frames:
+        if self.frames < self.settings.total_frames:
             return False
         self.log.message(
-            f"the run is complete ({self.frames:,} frames); raise "
-            f"{self.limits.trainer}.total_frames to go on"
+            f"the run is complete ({self.frames:,} frames); raise RunConfig.total_frames to go on"
         )
         return True
 
     def should_stop(self, stop) -> bool:
         """Whether the run stops now: all its frames are trained, a signal came (`stop`, a
         `StopRequest`) or its wall time is up, here or in any process of the team (all vote)."""
-        limits = self.limits
-        out_of_time = limits.max_wall_seconds and self.elapsed() >= limits.max_wall_seconds
+        settings = self.settings
+        out_of_time = settings.max_wall_seconds and self.elapsed() >= settings.max_wall_seconds
         return self._team.stop(
-            self.frames >= limits.total_frames or stop.signal_name is not None or out_of_time
+            self.frames >= settings.total_frames or stop.signal_name is not None or out_of_time
         )
 
     def advance(self, games, steps: int, metrics: dict | None = None) -> None:
@@ -205,11 +245,11 @@ class Loop:
     def tick(self) -> None:
         """After a step of the body: a metrics row, the progress line and a checkpoint, each when
         its interval has passed."""
-        if self.frames - self.last_log >= self.limits.log_interval_frames:
+        if self.frames - self.last_log >= self.settings.log_interval_frames:
             self.write_row()
         elif self._display.due():
             self._show()
-        if self.frames - self.last_save >= self.limits.checkpoint_interval_frames:
+        if self.frames - self.last_save >= self.settings.checkpoint_interval_frames:
             self.save()
 
     def score(self) -> float:

@@ -26,7 +26,7 @@ def updates(checkpoints) -> int:
 @pytest.mark.fast
 def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
     first = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
-                  "--gin_bindings=train.total_frames = 1000")  # fmt: skip
+                  "--gin_bindings=RunConfig.total_frames = 1000")  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
     assert (tmp_path / "learner-1" / "checkpoints" / "checkpoint").exists()
     assert (tmp_path / "policy" / "saved_model.pb").exists()
@@ -61,7 +61,7 @@ def test_appo_runs_with_smoke(tmp_path, config):
 
 def test_a_failing_learner_ends_the_run_with_its_error(tmp_path):
     result = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
-                   "--gin_bindings=train.num_groups = 3")  # fmt: skip
+                   "--gin_bindings=PoolConfig.num_groups = 3")  # fmt: skip
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: learner ") and "num_groups must be 1 or 2, got 3" in last, last
@@ -76,7 +76,7 @@ def start_machines(root_dir, *bindings):
 
 def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
     machines = start_machines(
-        tmp_path, "train.total_frames = 8_000", "train.decay_learning_rate = True"
+        tmp_path, "RunConfig.total_frames = 8_000", "train.decay_learning_rate = True"
     )
     outputs = [machine.communicate(timeout=300) for machine in machines]
     for machine, (_, err) in zip(machines, outputs, strict=True):
@@ -100,7 +100,7 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
 
 def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_path):
     machines = start_machines(
-        tmp_path, "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
+        tmp_path, "RunConfig.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
     )
     deadline = time.time() + 240
     while not (tmp_path / "machine-1" / "metrics.csv").exists():
@@ -124,7 +124,7 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
 def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin",
-         "--gin_bindings=train.total_frames = 100_000_000"],
+         "--gin_bindings=RunConfig.total_frames = 100_000_000"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -169,7 +169,7 @@ def test_sigterm_while_a_machines_learner_starts_is_a_stop_there_and_a_named_end
     tmp_path,
 ):
     machines = start_machines(
-        tmp_path, "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
+        tmp_path, "RunConfig.total_frames = 10_000_000", "make_strategy.timeout_seconds = 20"
     )
     deadline = time.monotonic() + 120
     while len(descendants(machines[0].pid)) < 2 and time.monotonic() < deadline:

@@ -30,18 +30,18 @@ GOLDEN = os.path.join(ROOT, "tests", "golden")
 RUNS = {
     "catch_a2c": (
         "train",
-        ["--gin_file=catch_a2c.gin", "--gin_bindings=train.total_frames = 12_000",
-         "--gin_bindings=train.log_interval_frames = 2_000"],
+        ["--gin_file=catch_a2c.gin", "--gin_bindings=RunConfig.total_frames = 12_000",
+         "--gin_bindings=RunConfig.log_interval_frames = 2_000"],
     ),
     "catch_ppo": (
         "train",
-        ["--gin_file=catch_ppo.gin", "--gin_bindings=train.total_frames = 12_000",
-         "--gin_bindings=train.log_interval_frames = 2_000"],
+        ["--gin_file=catch_ppo.gin", "--gin_bindings=RunConfig.total_frames = 12_000",
+         "--gin_bindings=RunConfig.log_interval_frames = 2_000"],
     ),
     "catch_dqn": (
         "train_off_policy",
         ["--gin_file=catch_dqn.gin", "--gin_bindings=train_off_policy.prefetch = False",
-         "--gin_bindings=train_off_policy.total_frames = 4_000"],
+         "--gin_bindings=RunConfig.total_frames = 4_000"],
     ),
 }  # fmt: skip
 
@@ -90,8 +90,8 @@ def learning_rows(run_dir) -> list[dict]:
 def run(root_dir, name):
     trainer, args = RUNS[name]
     result = train(
-        root_dir, *args, f"--gin_bindings={trainer}.seed = 7",
-        f"--gin_bindings={trainer}.tf_threads = 2", env=pinned_env(),
+        root_dir, *args, "--gin_bindings=RunConfig.seed = 7",
+        "--gin_bindings=RunConfig.tf_threads = 2", env=pinned_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return learning_rows(root_dir)

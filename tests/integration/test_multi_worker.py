@@ -49,7 +49,10 @@ def test_two_workers_train_and_end_with_identical_parameters(tmp_path, config):
 
 def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
     workers = start_workers(
-        tmp_path, "a2c.gin", "train.total_frames = 10_000_000", "make_strategy.timeout_seconds = 30"
+        tmp_path,
+        "a2c.gin",
+        "RunConfig.total_frames = 10_000_000",
+        "make_strategy.timeout_seconds = 30",
     )
     deadline = time.time() + 240
     while not (tmp_path / "worker-1" / "metrics.csv").exists():  # both are training

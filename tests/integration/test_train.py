@@ -52,7 +52,7 @@ def logged_frames(root_dir) -> int:
 
 @pytest.mark.fast
 def test_smoke_run_writes_every_artifact(tmp_path):
-    result = train(tmp_path, *SMOKE, "--gin_bindings=train.eval_episodes = 1")
+    result = train(tmp_path, *SMOKE, "--gin_bindings=RunConfig.eval_episodes = 1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "done: 2,000 frames (500 agent steps)" in result.stdout
     summary = result.stdout.strip().splitlines()[-6:]  # the score, then where things are
@@ -74,7 +74,7 @@ def test_smoke_run_writes_every_artifact(tmp_path):
     assert frames == sorted(frames) and frames[-1] == 2000
     assert all(int(row["env_frames"]) == 4 * int(row["agent_steps"]) for row in table)
     config = (tmp_path / "operative_config.gin").read_text()
-    assert "train.total_frames = 2000" in config and "AtariConfig.game = 'pong'" in config
+    assert "RunConfig.total_frames = 2000" in config and "AtariConfig.game = 'pong'" in config
     assert (tmp_path / "checkpoints" / "checkpoint").exists()
     assert any(name.startswith("events") for name in os.listdir(tmp_path / "tb"))
     metadata = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
@@ -85,7 +85,7 @@ def test_smoke_run_writes_every_artifact(tmp_path):
 
 
 def test_same_command_resumes_counters_and_csv(tmp_path):
-    first = train(tmp_path, *SMOKE, "--gin_bindings=train.total_frames = 1000")
+    first = train(tmp_path, *SMOKE, "--gin_bindings=RunConfig.total_frames = 1000")
     assert first.returncode == 0, first.stderr[-3000:]
     second = train(tmp_path, *SMOKE)
     assert second.returncode == 0, second.stderr[-3000:]
@@ -93,10 +93,10 @@ def test_same_command_resumes_counters_and_csv(tmp_path):
     (kept,) = tmp_path.glob("operative_config.*.gin")  # the first run's settings, kept
     assert (
         f"warning: resumed with 1 setting(s) changed since the run last ran (its settings then: "
-        f"{kept}): train.total_frames: 1000 -> 2000"
+        f"{kept}): RunConfig.total_frames: 1000 -> 2000"
     ) in second.stdout
-    assert "train.total_frames = 1000" in kept.read_text()
-    assert "train.total_frames = 2000" in (tmp_path / "operative_config.gin").read_text()
+    assert "RunConfig.total_frames = 1000" in kept.read_text()
+    assert "RunConfig.total_frames = 2000" in (tmp_path / "operative_config.gin").read_text()
     table = rows(tmp_path)
     frames = [int(row["env_frames"]) for row in table]
     assert frames == sorted(frames) and frames[0] < 1200 < 2000 <= frames[-1] < 2100
@@ -115,9 +115,9 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
     # none may be replaced) ignore it and the trainer stops them.
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
-         "--gin_bindings=train.total_frames = 10_000_000", "--gin_bindings=train.log_interval_frames = 400",
-         "--gin_bindings=train.num_workers = 4", "--gin_bindings=train.envs_per_worker = 2",
-         "--gin_bindings=make_pool.max_restarts = 0"],
+         "--gin_bindings=RunConfig.total_frames = 10_000_000", "--gin_bindings=RunConfig.log_interval_frames = 400",
+         "--gin_bindings=PoolConfig.num_workers = 4", "--gin_bindings=PoolConfig.envs_per_worker = 2",
+         "--gin_bindings=PoolConfig.max_restarts = 0"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -137,7 +137,7 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
     assert not [pid for pid in workers if state(pid) not in ("", "Z")], "processes left"
     stopped_at = int(rows(tmp_path)[-1]["env_frames"])
     assert 0 < stopped_at < 10_000_000
-    resumed = train(tmp_path, *SMOKE, f"--gin_bindings=train.total_frames = {stopped_at + 800}")
+    resumed = train(tmp_path, *SMOKE, f"--gin_bindings=RunConfig.total_frames = {stopped_at + 800}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at {stopped_at:,} frames" in resumed.stdout
     assert int(rows(tmp_path)[-1]["env_frames"]) >= stopped_at + 800
@@ -146,8 +146,8 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
 def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_once(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
-         "--gin_bindings=train.total_frames = 10_000_000",
-         "--gin_bindings=train.checkpoint_interval_frames = 1_200"],
+         "--gin_bindings=RunConfig.total_frames = 10_000_000",
+         "--gin_bindings=RunConfig.checkpoint_interval_frames = 1_200"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 180
@@ -168,7 +168,7 @@ def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_o
     state = tf.train.get_checkpoint_state(str(tmp_path / "checkpoints"))
     saved = int(state.model_checkpoint_path.rsplit("ckpt-", 1)[1])
     assert 1200 <= saved <= logged
-    resumed = train(tmp_path, *SMOKE, f"--gin_bindings=train.total_frames = {logged + 800}")
+    resumed = train(tmp_path, *SMOKE, f"--gin_bindings=RunConfig.total_frames = {logged + 800}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at {saved:,} frames" in resumed.stdout  # lost: only the work since the checkpoint
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
@@ -215,8 +215,8 @@ train.run()
 def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
     bindings = ["--gin_file=catch_dqn.gin",
                 "--gin_bindings=train_off_policy.checkpoint_replay = True",
-                "--gin_bindings=train_off_policy.checkpoint_interval_frames = 1600",
-                "--gin_bindings=train_off_policy.log_interval_frames = 500"]  # fmt: skip
+                "--gin_bindings=RunConfig.checkpoint_interval_frames = 1600",
+                "--gin_bindings=RunConfig.log_interval_frames = 500"]  # fmt: skip
     killed = subprocess.Popen(
         [sys.executable, "-c", KILLED_IN_SAVE, point, f"--root_dir={tmp_path}", *bindings],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -235,7 +235,7 @@ def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
     assert "ckpt-3200.index" not in left and "ckpt-1600.index" in left
     assert {"checkpoint": "ckpt-3200_temp", "replay": "replay-3200.npz.partial.npz"}[point] in left
 
-    resumed = train(tmp_path, *bindings, "--gin_bindings=train_off_policy.total_frames = 3600")
+    resumed = train(tmp_path, *bindings, "--gin_bindings=RunConfig.total_frames = 3600")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "ckpt-1600 at 1,600 frames" in resumed.stdout and "replay restored" in resumed.stdout
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
@@ -248,7 +248,7 @@ def test_a_kill_while_saving_resumes_from_the_save_before(tmp_path, point):
 
 
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_resumes(tmp_path):
-    first = train(tmp_path, *SMOKE, "--gin_bindings=train.total_frames = 1000")
+    first = train(tmp_path, *SMOKE, "--gin_bindings=RunConfig.total_frames = 1000")
     assert first.returncode == 0, first.stderr[-3000:]
     (saved,) = [
         name[:-6] for name in os.listdir(tmp_path / "checkpoints") if name.endswith(".index")
@@ -297,7 +297,7 @@ def test_a_failing_env_worker_is_replaced_and_the_run_goes_on(tmp_path):
 def test_a_worker_that_keeps_failing_ends_the_run_with_one_line_and_a_checkpoint(tmp_path):
     result = train(
         tmp_path, *SMOKE, *SCRIPTED, "--gin_bindings=ScriptedConfig.crash_at_step = 350",
-        "--gin_bindings=train.total_frames = 100_000", "--gin_bindings=make_pool.max_restarts = 1",
+        "--gin_bindings=RunConfig.total_frames = 100_000", "--gin_bindings=PoolConfig.max_restarts = 1",
     )  # fmt: skip
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
@@ -316,7 +316,7 @@ def test_a_nan_reward_skips_that_update_and_the_run_does_as_configured(tmp_path,
         tmp_path, *SMOKE, "--gin_bindings=train.env = @ScriptedConfig()",
         "--gin_bindings=ScriptedConfig.height = 44", "--gin_bindings=ScriptedConfig.width = 20",
         "--gin_bindings=ScriptedConfig.nan_reward_at_step = 300",
-        f"--gin_bindings=train.on_nonfinite = '{action}'",
+        f"--gin_bindings=RunConfig.on_nonfinite = '{action}'",
     )  # fmt: skip
     warning = "a non-finite value in the loss at "
     if action == "stop":
@@ -392,10 +392,10 @@ TIMING = {"wall_s", "fps", "replay_wait_fraction", "peak_rss_mib"} | {
 @pytest.mark.parametrize(
     "trainer, args",
     [
-        ("train", ["--gin_file=catch_a2c.gin", "--gin_bindings=train.total_frames = 6_000",
-                   "--gin_bindings=train.log_interval_frames = 2_000"]),
+        ("train", ["--gin_file=catch_a2c.gin", "--gin_bindings=RunConfig.total_frames = 6_000",
+                   "--gin_bindings=RunConfig.log_interval_frames = 2_000"]),
         ("train_off_policy", ["--gin_file=catch_dqn.gin", "--gin_bindings=train_off_policy.prefetch = False",
-                              "--gin_bindings=train_off_policy.total_frames = 3_000"]),
+                              "--gin_bindings=RunConfig.total_frames = 3_000"]),
     ],
     ids=["a2c", "dqn"],
 )  # fmt: skip
@@ -403,7 +403,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, tra
     """Initial weights, envs, actions and batches all follow the seed (one worker: a fixed order)."""
     runs = {}
     for name, seed in [("first", 3), ("again", 3), ("other", 4)]:
-        result = train(tmp_path / name, *args, f"--gin_bindings={trainer}.seed = {seed}")
+        result = train(tmp_path / name, *args, f"--gin_bindings=RunConfig.seed = {seed}")
         assert result.returncode == 0, result.stderr[-3000:]
         runs[name] = [
             {column: value for column, value in row.items() if column not in TIMING}
@@ -489,8 +489,8 @@ def test_warmup_frames_raise_the_rate_linearly_then_hold_it(tmp_path):
 def test_every_q_config_runs_with_smoke(tmp_path, config, head):
     evaluation = (  # a checkpoint at every 400 frames, the last at the end: saved once
         [
-            "--gin_bindings=train_off_policy.eval_episodes = 1",
-            "--gin_bindings=train_off_policy.checkpoint_interval_frames = 400",
+            "--gin_bindings=RunConfig.eval_episodes = 1",
+            "--gin_bindings=RunConfig.checkpoint_interval_frames = 400",
         ]
         if config == "dqn.gin"
         else []
@@ -509,8 +509,8 @@ def test_every_q_config_runs_with_smoke(tmp_path, config, head):
 
 
 def test_off_policy_run_trains_from_replay_exports_and_resumes(tmp_path):
-    bindings = ["--gin_bindings=train_off_policy.total_frames = 3000",
-                "--gin_bindings=train_off_policy.checkpoint_interval_frames = 1500"]  # fmt: skip
+    bindings = ["--gin_bindings=RunConfig.total_frames = 3000",
+                "--gin_bindings=RunConfig.checkpoint_interval_frames = 1500"]  # fmt: skip
     result = train(tmp_path, "--gin_file=catch_dqn.gin", *bindings)
     assert result.returncode == 0, result.stderr[-3000:]
     table = rows(tmp_path)
@@ -525,9 +525,9 @@ def test_off_policy_run_trains_from_replay_exports_and_resumes(tmp_path):
 
 def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
     bindings = ["--gin_bindings=train_off_policy.checkpoint_replay = True",
-                "--gin_bindings=train_off_policy.total_frames = 3000",
-                "--gin_bindings=train_off_policy.checkpoint_interval_frames = 1500",
-                "--gin_bindings=train_off_policy.log_interval_frames = 200"]  # fmt: skip
+                "--gin_bindings=RunConfig.total_frames = 3000",
+                "--gin_bindings=RunConfig.checkpoint_interval_frames = 1500",
+                "--gin_bindings=RunConfig.log_interval_frames = 200"]  # fmt: skip
     first = train(tmp_path, "--gin_file=catch_dqn.gin", *bindings)
     assert first.returncode == 0, first.stderr[-3000:]
     saved = sorted(os.listdir(tmp_path / "checkpoints"))
@@ -536,7 +536,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
     assert stored > 2500  # 3000 steps less the windows still open
 
     resumed = train(tmp_path, "--gin_file=catch_dqn.gin", *bindings[:2],
-                    "--gin_bindings=train_off_policy.total_frames = 3400")  # fmt: skip
+                    "--gin_bindings=RunConfig.total_frames = 3400")  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "replay restored" in resumed.stdout
     after = [row for row in rows(tmp_path) if int(row["env_frames"]) > 3000]
@@ -547,7 +547,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
 
     (tmp_path / "checkpoints" / "replay-3400.npz").write_bytes(b"not a zip file")
     broken = train(tmp_path, "--gin_file=catch_dqn.gin", *bindings[:2],
-                   "--gin_bindings=train_off_policy.total_frames = 3800")  # fmt: skip
+                   "--gin_bindings=RunConfig.total_frames = 3800")  # fmt: skip
     assert broken.returncode != 0
     assert "cannot restore the replay memory from" in broken.stderr.strip().splitlines()[-1]
 
@@ -574,7 +574,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             ["--gin_file=no_such.gin"],
             "gin file 'no_such.gin' not found; configs in gin_configs/: a2c.gin",
         ),
-        (["--gin_bindings=train.num_groups = 3"], "num_groups must be 1 or 2, got 3"),
+        (["--gin_bindings=PoolConfig.num_groups = 3"], "num_groups must be 1 or 2, got 3"),
         (
             ["--gin_bindings=A2CConfig.entropy_cost = '0.01'"],
             "A2CConfig.entropy_cost must be a number, got '0.01' (str)",
@@ -624,7 +624,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "float32 [3]",
         ),
         (
-            ["--gin_bindings=train.envs_per_worker = 0"],
+            ["--gin_bindings=PoolConfig.envs_per_worker = 0"],
             "num_workers and envs_per_worker must be positive, got 1, 0",
         ),
         (
@@ -632,14 +632,17 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "unknown precision 'float16'; valid: auto, float32, mixed_bfloat16",
         ),
         (
-            ["--gin_bindings=train.on_nonfinite = 'ignore'"],
+            ["--gin_bindings=RunConfig.on_nonfinite = 'ignore'"],
             "on_nonfinite must be one of ('skip', 'restore', 'stop'), got 'ignore'",
         ),
         (  # wrong types were a TypeError traceback
-            ['--gin_bindings=train.envs_per_worker = "four"'],
-            "train.envs_per_worker = 'four': it must be an int",
+            ['--gin_bindings=PoolConfig.envs_per_worker = "four"'],
+            "PoolConfig.envs_per_worker = 'four': it must be an int",
         ),
-        (["--gin_bindings=train.num_workers = 2.5"], "train.num_workers = 2.5: it must be an int"),
+        (
+            ["--gin_bindings=PoolConfig.num_workers = 2.5"],
+            "PoolConfig.num_workers = 2.5: it must be an int",
+        ),
         (
             ["--gin_bindings=trian.total_frames = 5"],  # a misspelt configurable
             "no configurable named 'trian'; did you mean train? configurables: ",
@@ -653,7 +656,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "train_off_policy.batch_size is 64, which does not split among 3 replicas",
         ),  # fmt: skip
         (  # an oversized layout was an OOM kill of some process, with no word
-            ["--gin_bindings=train.num_workers = 100_000"],
+            ["--gin_bindings=PoolConfig.num_workers = 100_000"],
             "100,000 env workers of 4 envs need about",
         ),
         (
@@ -678,7 +681,7 @@ def test_user_errors_end_with_one_line(tmp_path, args, message):
 def test_a_second_command_on_a_run_directory_in_training_stops_with_one_line(tmp_path):
     first = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
-         "--gin_bindings=train.total_frames = 10_000_000"],
+         "--gin_bindings=RunConfig.total_frames = 10_000_000"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -697,7 +700,7 @@ def test_a_second_command_on_a_run_directory_in_training_stops_with_one_line(tmp
     finally:
         first.send_signal(signal.SIGINT)
         first.wait(120)
-    again = train(tmp_path, *SMOKE, "--gin_bindings=train.total_frames = 1")  # the lock is free
+    again = train(tmp_path, *SMOKE, "--gin_bindings=RunConfig.total_frames = 1")  # the lock is free
     assert again.returncode == 0 and "the run is complete" in again.stdout, again.stderr[-2000:]
 
 
@@ -775,8 +778,7 @@ def test_the_background_is_measured_once_and_resumed_and_exported(tmp_path, conf
     (line,) = [line for line in first.stdout.splitlines() if "background pixel" in line]
     measured = float(line.rsplit(" ", 1)[1])
     assert measured == pytest.approx(87 / 255, abs=1e-4)  # Pong's
-    trainer = "train_off_policy" if config == "dqn.gin" else "train"
-    more = train(tmp_path, *bindings, f"--gin_bindings={trainer}.total_frames = 2800")
+    more = train(tmp_path, *bindings, "--gin_bindings=RunConfig.total_frames = 2800")
     assert more.returncode == 0 and "background pixel" not in more.stdout, more.stderr[-3000:]
     reader = tf.train.load_checkpoint(str(tmp_path / "checkpoints"))
     offsets = [name for name in reader.get_variable_to_shape_map() if "offset" in name]
@@ -798,7 +800,7 @@ def test_resuming_with_another_algorithm_is_one_line_naming_both(tmp_path):
     assert line.startswith(f"error: {tmp_path} holds a run of another algorithm or network")
     assert "train.loss_fn = @a2c_loss" in line and "run.trainer = @train_off_policy" in line
     same = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin",
-                 "--gin_bindings=train.total_frames = 2800")  # fmt: skip
+                 "--gin_bindings=RunConfig.total_frames = 2800")  # fmt: skip
     assert same.returncode == 0, same.stderr[-3000:]
 
 

@@ -50,15 +50,15 @@ def training_sps(
     with tempfile.TemporaryDirectory() as root_dir:
         bindings = [
             f"AtariConfig.game = '{game}'",
-            f"{trainer}.num_workers = {workers}",
-            f"{trainer}.envs_per_worker = {envs_per_worker}",
-            f"{trainer}.num_groups = {num_groups}",
-            f"{trainer}.total_frames = 10_000_000_000",
-            f"{trainer}.max_wall_seconds = {warmup + seconds}",
+            f"PoolConfig.num_workers = {workers}",
+            f"PoolConfig.envs_per_worker = {envs_per_worker}",
+            f"PoolConfig.num_groups = {num_groups}",
+            "RunConfig.total_frames = 10_000_000_000",
+            f"RunConfig.max_wall_seconds = {warmup + seconds}",
             # a row per 8 steps of every env (at least 100 agent steps): enough rows to measure
             # even a short run on a loaded machine, few enough to cost nothing
-            f"{trainer}.log_interval_frames = {max(400, 32 * workers * envs_per_worker)}",
-            f"{trainer}.checkpoint_interval_frames = 10_000_000_000",
+            f"RunConfig.log_interval_frames = {max(400, 32 * workers * envs_per_worker)}",
+            "RunConfig.checkpoint_interval_frames = 10_000_000_000",
             *extra_bindings,
         ]
         command = [sys.executable, os.path.join(ROOT, "bin", "train"), f"--gin_file={config}"]

@@ -33,7 +33,7 @@ def parse_flags(argv=None):
         "--gin_bindings",
         action="append",
         default=[],
-        help="a gin binding, repeatable, e.g. 'train.total_frames = 1000'",
+        help="a gin binding, repeatable, e.g. 'RunConfig.total_frames = 1000'",
     )
     return parser.parse_args(argv)
 

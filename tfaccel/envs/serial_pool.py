@@ -2,7 +2,7 @@
 
 `SerialPool` steps its envs one after another in the caller's process, with the same interface
 and the same `step_envs` as `EnvPool`: the reference the tests compare `EnvPool` with, the
-simplest way to debug an env, and the pool of `train.num_workers = 0` (an env defined in a
+simplest way to debug an env, and the pool of `PoolConfig.num_workers = 0` (an env defined in a
 notebook). `GroupQueue` keeps the order of the groups' sends and receives for both.
 """
 

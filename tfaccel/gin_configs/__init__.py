@@ -3,7 +3,7 @@
 They ship with the package, so an installed tfaccel finds them too:
 
     from tfaccel import gin_configs
-    gin_configs.parse(["catch_a2c.gin"], ["train.total_frames = 20_000"])
+    gin_configs.parse(["catch_a2c.gin"], ["RunConfig.total_frames = 20_000"])
 """
 
 from __future__ import annotations
@@ -114,9 +114,10 @@ def check_binding_types() -> None:
             continue
         configurable = gin.get_configurable(statement.selector)
         value, name = statement.value, f"{statement.selector}.{statement.arg_name}"
-        if not inspect.isfunction(configurable) or value is None or value is _REFERENCE:
+        checked = inspect.isfunction(configurable) or dataclasses.is_dataclass(configurable)
+        if not checked or value is None or value is _REFERENCE:
             continue
-        function = inspect.unwrap(configurable)
+        function = inspect.unwrap(configurable)  # a dataclass: its fields' annotations
         try:
             wanted = typing.get_type_hints(function).get(statement.arg_name)
         except (NameError, TypeError):
@@ -149,6 +150,24 @@ class _LiteralDelegate:
         return _REFERENCE
 
 
+# Bindings that were renamed, old name -> new name (CHANGELOG.md): the settings both trainers
+# share are bound once, on `RunConfig` and `PoolConfig`, no longer on each trainer.
+_SHARED = {
+    "RunConfig": ("total_frames", "log_interval_frames", "checkpoint_interval_frames",
+                  "eval_episodes", "max_wall_seconds", "seed", "on_nonfinite", "tf_threads"),
+    "PoolConfig": ("num_workers", "envs_per_worker", "num_groups", "worker_niceness"),
+}  # fmt: skip
+RENAMED = {
+    f"{trainer}.{name}": f"{new}.{name}"
+    for new, names in _SHARED.items()
+    for name in names
+    for trainer in ("train", "train_off_policy")
+} | {
+    f"make_pool.{name}": f"PoolConfig.{name}"
+    for name in ("max_restarts", "restart_window", "timeout")
+}
+
+
 def with_valid_parameters(error: ValueError) -> ValueError:
     """Gin's error for a binding of a parameter that does not exist, with the configurable's
     parameters (the closest first); any other error as it is."""
@@ -161,6 +180,11 @@ def with_valid_parameters(error: ValueError) -> ValueError:
     if not unknown:
         return error
     selector, name = unknown.groups()
+    if f"{selector}.{name}" in RENAMED:
+        return ValueError(
+            f"{selector}.{name} is now {RENAMED[f'{selector}.{name}']} (the settings every "
+            "trainer shares are bound once; CHANGELOG.md lists the renamed bindings)"
+        )
     configurable = gin.get_configurable(selector)
     if dataclasses.is_dataclass(configurable):  # tfaccel's configs (the class's own signature
         parameters = [f.name for f in dataclasses.fields(configurable) if f.init]  # is gin's)
@@ -182,6 +206,12 @@ def _with_valid_configurables(error: ValueError, name: str) -> ValueError:
     of those registered and the list (gin's registry is private: without it, the error as is)."""
     from gin import config as gin_config
 
+    moved = sorted(old for old in RENAMED if old.startswith(f"{name}."))
+    if moved:  # a configurable of an earlier version whose settings all moved
+        return ValueError(
+            f"{name} is no longer a configurable: "
+            + ", ".join(f"{old} is now {RENAMED[old]}" for old in moved)
+        )
     try:
         names = sorted({
             selector.split(".")[-1]
