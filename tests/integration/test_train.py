@@ -556,8 +556,8 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
     "args, message",
     [
         (
-            ["--gin_bindings=train.totl_frames = 1"],
-            "bad gin config: train has no parameter 'totl_frames'; did you mean total_frames",
+            ["--gin_bindings=RunConfig.totl_frames = 1"],
+            "bad gin config: RunConfig has no parameter 'totl_frames'; did you mean total_frames",
         ),
         (
             [
@@ -577,7 +577,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
         (["--gin_bindings=PoolConfig.num_groups = 3"], "num_groups must be 1 or 2, got 3"),
         (
             ["--gin_bindings=A2CConfig.entropy_cost = '0.01'"],
-            "A2CConfig.entropy_cost must be a number, got '0.01' (str)",
+            "A2CConfig.entropy_cost = '0.01': it must be a float",
         ),
         (
             ["--gin_file=catch_ppo.gin", "--gin_bindings=PPOConfig.minibatches = 5"],
@@ -718,7 +718,7 @@ def test_no_algorithm_config_or_a_file_as_run_directory_ends_with_one_line(tmp_p
 IN_PROCESS_ENV = """
 import dataclasses, sys
 import keras
-from tfaccel import on_policy
+from tfaccel import on_policy, runner
 from tfaccel.networks import PolicyValueNetwork
 from tfaccel.algorithms import a2c
 from tfaccel.envs.toy import CatchConfig
@@ -737,8 +737,11 @@ def small_network(spec):  # a network of one's own: train.network
 
 summary = on_policy.train(
     sys.argv[1], env=NotebookCatch(), loss_fn=a2c.loss, act_fn=a2c.act,
-    algorithm=a2c.A2CConfig(), num_workers=0, envs_per_worker=4, total_frames=800,
-    log_interval_frames=400, checkpoint_interval_frames=800, network=small_network,
+    algorithm=a2c.A2CConfig(), pool_config=runner.PoolConfig(num_workers=0, envs_per_worker=4),
+    run_config=runner.RunConfig(
+        total_frames=800, log_interval_frames=400, checkpoint_interval_frames=800
+    ),
+    network=small_network,
 )
 print("frames", summary["env_frames"])
 """
