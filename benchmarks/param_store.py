@@ -60,7 +60,7 @@ def main():
     context = multiprocessing.get_context("spawn")
     rows = []
     for chunks in (1, 16, 64):
-        store = ParameterStore.create(size, chunks=chunks, context=context)
+        store = ParameterStore.create(size, chunks=chunks)
         alone = round_trip_ms(store, args.repeats)
         stop = context.Event()
         other = context.Process(target=_pusher, args=(store.handle(), stop))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import queue
 import secrets
 import signal
 import threading
@@ -87,6 +86,8 @@ def _started_ignoring_ctrl_c():
 
 
 def _learner_main(config: str, root_dir: str, team_args: tuple, results, environment: dict):
+    """A learner process: trains the on-policy config with an `AsyncTeam`; sends its summary
+    (or its error) to the launcher on `results` (the sending end of a pipe of its own)."""
     StopRequest.hold_early()  # stopped while it starts: it saves after its first update
     _stop_when_orphaned(os.getppid())
     os.environ.update(environment)
@@ -99,11 +100,11 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
     except Exception as error:  # the launcher names it; the traceback goes to stderr
         if StopRequest.early_signal():  # stopped while it started (an env worker that
             return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
-        results.put((team.index, {"error": str(error).strip().splitlines()[0][:300]}))
+        results.send({"error": str(error).strip().splitlines()[0][:300]})
         raise
     finally:
         team.close()
-    results.put((team.index, summary))
+    results.send(summary)
 
 
 @gin.configurable(denylist=["root_dir"], module="tfaccel")
@@ -141,9 +142,10 @@ def train_async(
     if strategy is not None:
         machine, machine_count = strategies.worker_index(strategy), strategies.num_workers(strategy)
         root_dir = root_dir if machine == 0 else os.path.join(root_dir, f"machine-{machine}")
+    # Pipes, file locks and a file: nothing of multiprocessing's named semaphores (Lock, Event,
+    # Queue), which a SIGKILL of the whole process group would leave in /dev/shm for good.
     context = multiprocessing.get_context("spawn")
-    locks = [context.Lock() for _ in range(chunks)]
-    ready, results = context.Event(), context.Queue()
+    pipes = [context.Pipe(duplex=False) for _ in range(learners)]  # (receive, send) each
     sweep_dead_stores()
     name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     environments = learner_gpus(
@@ -152,11 +154,11 @@ def train_async(
         os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
     config, operative = gin.config_str(), gin.operative_config_str()
-    shared = (learners, steps_per_push, name, locks, ready, operative, machine, machine_count)
+    shared = (learners, steps_per_push, name, chunks, operative, machine, machine_count)
     processes = [
         context.Process(
             target=_learner_main,
-            args=(config, root_dir, (index, *shared), results, environments[index]),
+            args=(config, root_dir, (index, *shared), pipes[index][1], environments[index]),
             name=f"tfaccel-learner{index}",
         )
         for index in range(learners)
@@ -169,10 +171,13 @@ def train_async(
     try:
         with StopRequest(on_signal=lambda: _terminate(started)) as stop:
             _start(processes, started, stop)
-            failed, sync = _supervise(started, strategy, (name, locks, ready), sync_period_seconds)
+            for _, send in pipes:  # the learners hold theirs: one that ends unsent reads as EOF
+                send.close()
+            failed, sync = _supervise(started, strategy, (name, chunks), sync_period_seconds)
     finally:
         _unlink(name)
-    return _outcome(stop, failed, _drain(results), sync)
+        _unlink(f"{name}-new")  # a chief that ended before it published the store
+    return _outcome(stop, failed, _drain([receive for receive, _ in pipes]), sync)
 
 
 def _start(processes, started: list, stop) -> None:
@@ -196,8 +201,8 @@ def _supervise(processes, strategy, store_args, sync_period_seconds):
         return None, None
     if strategy is None:
         return _wait(processes), None
-    name, locks, ready = store_args
-    if (store := _attach_when_ready(name, locks, ready, processes)) is None:
+    name, chunks = store_args
+    if (store := _attach_when_ready(name, chunks, processes)) is None:
         # Learner 0 ended before it created the store (a signal while it started, or a
         # failure): this machine takes no round; the others time out and say so.
         return _wait(processes) or (0, processes[0].exitcode), None
@@ -212,14 +217,15 @@ def _supervise(processes, strategy, store_args, sync_period_seconds):
 
 
 def _drain(results) -> dict:
-    """The learners' summaries (or errors) they put on the `results` queue, by learner index."""
+    """The learners' summaries (or errors) they sent on their pipes (`results`, the receiving
+    ends in learner order), by learner index; the learners have ended."""
     summaries = {}
-    while True:
-        try:
-            index, summary = results.get(timeout=1.0)
-        except queue.Empty:
-            return summaries
-        summaries[index] = summary
+    for index, receive in enumerate(results):
+        with contextlib.suppress(EOFError, OSError):  # a learner that sent nothing
+            if receive.poll(1.0):
+                summaries[index] = receive.recv()
+        receive.close()
+    return summaries
 
 
 def _outcome(stop, failed, summaries: dict, sync) -> dict:
@@ -248,12 +254,11 @@ def _outcome(stop, failed, summaries: dict, sync) -> dict:
     return summaries[0]
 
 
-def _attach_when_ready(name: str, locks, ready, processes) -> ParameterStore | None:
+def _attach_when_ready(name: str, chunks: int, processes) -> ParameterStore | None:
     """This machine's store, once the chief learner has created it; None if it ended first."""
-    while not ready.wait(timeout=1.0):
-        if not processes[0].is_alive():
-            return None
-    return ParameterStore.attach((name, None, locks))
+    if not ParameterStore.wait_for(name, float("inf"), alive=processes[0].is_alive):
+        return None
+    return ParameterStore.attach((name, None, chunks))
 
 
 def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | None:

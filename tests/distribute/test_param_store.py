@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests import shm
+from tfaccel.bench.memory import state
 from tfaccel.distribute.param_store import AsyncAdam, ParameterStore
 
 
@@ -55,7 +56,7 @@ def _push_ones(handle, seconds, counts, index):
 
 def test_concurrent_pushes_lose_no_update_and_pulls_see_whole_chunks():
     context = multiprocessing.get_context("spawn")
-    store = ParameterStore.create(100_003, chunks=7, context=context)
+    store = ParameterStore.create(100_003, chunks=7)
     counts = context.Array("q", 4)
     try:
         learners = [
@@ -100,26 +101,52 @@ def test_a_store_is_told_apart_by_its_makers_pid_until_it_is_closed():
     assert os.path.basename(store.path) not in shm.left_by(os.getpid())
 
 
-def _die_holding(handle, chunk):
-    ParameterStore.attach(handle)._locks[chunk].acquire()
-    os.kill(os.getpid(), signal.SIGKILL)
+def _hold(handle, chunk, signal_name):
+    store = ParameterStore.attach(handle)
+    assert store._locks.acquire(chunk, timeout=5)
+    os.kill(os.getpid(), getattr(signal, signal_name))  # SIGKILL: dead; SIGSTOP: hung
+    time.sleep(60)
 
 
-def test_a_lock_a_killed_learner_held_is_named_not_waited_on_forever():
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+def test_a_lock_of_a_killed_learner_is_free_and_one_of_a_hung_learner_is_named(signal_name):
     context = multiprocessing.get_context("spawn")
-    store = ParameterStore.create(100, chunks=4, context=context)
+    store = ParameterStore.create(100, chunks=4)
+    holder = context.Process(target=_hold, args=(store.handle(), 2, signal_name))
     try:
-        killed = context.Process(target=_die_holding, args=(store.handle(), 2))
-        killed.start()
-        killed.join()
-        assert killed.exitcode == -signal.SIGKILL
+        holder.start()
+        deadline = time.monotonic() + 60
+        while state(holder.pid) not in ("T", "t") and holder.is_alive():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)  # until it holds the lock and is dead or stopped
         store.lock_timeout = 0.5
-        store.set_steps(5)  # other chunks' locks still work
+        store.set_steps(5)  # other chunks' locks work either way
         started = time.monotonic()
-        with pytest.raises(RuntimeError, match="a learner was killed while it held it"):
-            store.pull()
-        assert time.monotonic() - started < 5
+        if signal_name == "SIGKILL":  # the kernel released its lock with its life
+            assert store.pull().shape == (100,) and time.monotonic() - started < 0.5
+        else:
+            with pytest.raises(RuntimeError, match="a learner holding it is stopped or hung"):
+                store.pull()
+            assert time.monotonic() - started < 5
     finally:
+        holder.kill()
+        holder.join()
+        store.close()
+
+
+def test_stores_in_one_process_exclude_each_others_threads_and_closing_one_keeps_the_other():
+    store = ParameterStore.create(1000, chunks=2)
+    other = ParameterStore.attach(store.handle())
+    try:
+        assert other._locks.acquire(0, timeout=1)
+        assert not store._locks.acquire(0, timeout=0.05)  # the same file's lock, this process
+        third = ParameterStore.attach(store.handle())
+        third.close()  # keeps the shared descriptor, so the process's record lock stays
+        other._locks.release(0)
+        assert store._locks.acquire(0, timeout=1)
+        store._locks.release(0)
+    finally:
+        other.close()
         store.close()
 
 

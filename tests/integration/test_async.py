@@ -144,6 +144,42 @@ def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
     assert 0 < int(rows(tmp_path)[-1]["env_frames"]) < 100_000_000
 
 
+def semaphores() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.")}
+
+
+@pytest.mark.serial  # counts the machine's named semaphores, which any test's processes make
+def test_a_sigkill_of_the_whole_group_leaves_no_semaphore_and_the_next_run_sweeps_the_store(
+    tmp_path,
+):
+    from tfaccel import launcher
+
+    before = semaphores()
+    process = subprocess.Popen(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin",
+         "--gin_bindings=RunConfig.total_frames = 100_000_000"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "metrics.csv").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # both learners attached to the store and trained
+    assert process.poll() is None, process.stderr.read()[-3000:]
+    group = [process.pid, *descendants(process.pid)]
+    os.killpg(process.pid, signal.SIGKILL)  # the launcher, its learners and their env workers
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(state(pid) not in ("", "Z") for pid in group) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in group if state(pid) not in ("", "Z")], "processes left"
+    # Locks are byte ranges of the store's file and results come back on pipes: no named
+    # semaphore (multiprocessing's Lock, Event, Queue) is left behind for good.
+    assert semaphores() - before == set()
+    left = shm.left_by(*group)
+    assert [name for name in left if name.startswith("tfaccel-ps-")], left  # nobody unlinked it
+    assert set(launcher.sweep_dead_stores()) >= {n for n in left if n.startswith("tfaccel-ps-")}
+    assert not shm.left_by(*group)
+
+
 def test_ctrl_c_while_the_learners_start_is_a_stop_not_a_failure(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin"],

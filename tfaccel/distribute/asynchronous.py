@@ -97,14 +97,14 @@ class AsyncTeam:
     """
 
     def __init__(
-        self, index: int, size: int, steps_per_push: int, store_name: str, locks, ready,
+        self, index: int, size: int, steps_per_push: int, store_name: str, chunks: int,
         operative_config: str = "", machine: int = 0, machines: int = 1,
     ):  # fmt: skip
         self.index, self.size, self.chief, self.machine = index, size, index == 0, machine
         self.learners = size * machines  # of the whole run: they share its frames
         self.operative_config = operative_config  # the launcher's settings, for the run dir
-        self._steps_per_push, self._store_name, self._locks = steps_per_push, store_name, locks
-        self._ready, self.store, self._reported = ready, None, 0
+        self._steps_per_push, self._store_name, self._chunks = steps_per_push, store_name, chunks
+        self.store, self._reported = None, 0
 
     def run_dir(self, root_dir: str) -> str:
         """Where this learner writes: `root_dir` for the chief, `root_dir/learner-<i>` otherwise."""
@@ -117,21 +117,22 @@ class AsyncTeam:
     def attach(self, agent, counters):
         """Connects the learner to the store; the chief creates it from its own weights."""
         sync = StoreSync(agent, self._steps_per_push)
-        if self.chief:
-            self.store = ParameterStore.create(sync.size, locks=self._locks, name=self._store_name)
+        if self.chief:  # filled under a temporary name, then published whole
+            name = self._store_name
+            self.store = ParameterStore.create(sync.size, self._chunks, name=f"{name}-new")
             self.store.set(sync.read())
             self.store.set_steps(int(counters.agent_steps))
-            self._ready.set()
+            self.store.publish(name)
         else:
             deadline = time.monotonic() + 600
-            while not self._ready.wait(timeout=0.5):
+            while not ParameterStore.wait_for(self._store_name, timeout=0.5):
                 if StopRequest.early_signal():  # before the store: nothing to save
                     sys.exit(0)
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         "the chief learner did not create the parameter store in 600 s"
                     )
-            self.store = ParameterStore.attach((self._store_name, sync.size, self._locks))
+            self.store = ParameterStore.attach((self._store_name, sync.size, self._chunks))
         sync.connect(self.store)
         return sync
 

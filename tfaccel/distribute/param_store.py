@@ -11,14 +11,20 @@ The update rule is the multi-step asynchronous Adam of `AsyncAdam`: each learner
 Adam moments and step count and sends the change its n local Adam steps made; with one learner
 (nobody else moves the parameters between its pull and its push) the result is exactly Adam.
 
-Numpy and multiprocessing only; TensorFlow stays in the learners.
+The chunk locks are byte-range locks on the store's own file (`ChunkLocks`), not semaphores: the
+kernel releases the locks of a process that dies, and nothing of them is left in /dev/shm when
+the whole process group is killed. Numpy and the standard library only; TensorFlow stays in the
+learners.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import fcntl
+import mmap
 import os
+import threading
+import time
 import uuid
 
 import numpy as np
@@ -26,11 +32,81 @@ import numpy as np
 from tfaccel.envs.worker import SHM_DIR, map_shared, unmap_shared
 
 
+class ChunkLocks:
+    """One lock per chunk of the store in the file `path`, across processes and threads.
+
+    Chunk k's lock is byte k of the file, locked with `fcntl.lockf` (an advisory record lock:
+    it does not touch the data, which the processes read and write through their mappings),
+    taken after a thread lock of this process. A record lock belongs to the process: the kernel
+    drops it when the process dies, so a learner killed while it held one blocks nobody, and
+    there is nothing to clean up after a SIGKILL. Record locks are also dropped when the process
+    closes any descriptor of the file: every `ChunkLocks` of one file in a process shares one
+    descriptor and one set of thread locks (`_OPEN`, by the file's identity, whatever its name),
+    which stays open while any of them does.
+    """
+
+    _OPEN: dict[tuple[int, int], list] = {}  # (device, inode) -> [descriptor, thread locks, users]
+    _REGISTRY = threading.Lock()
+
+    def __init__(self, path: str, count: int):
+        self.count = count
+        with self._REGISTRY:
+            status = os.stat(path)  # not a second descriptor: closing it would drop our locks
+            self._key = (status.st_dev, status.st_ino)
+            shared = self._OPEN.get(self._key)
+            if shared is None:
+                threads = [threading.Lock() for _ in range(count)]
+                shared = self._OPEN[self._key] = [os.open(path, os.O_RDWR), threads, 0]
+            elif len(shared[1]) != count:
+                raise ValueError(f"{path} is open with {len(shared[1])} chunks, not {count}")
+            shared[2] += 1
+        self._fd, self._threads = shared[0], shared[1]
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def acquire(self, chunk: int, timeout: float) -> bool:
+        """Takes chunk `chunk`'s lock; False if it was not free within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        if not self._threads[chunk].acquire(timeout=timeout):
+            return False
+        delay = 1e-5
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, chunk)
+                return True
+            except OSError:  # held by another process (EAGAIN or EACCES)
+                if time.monotonic() >= deadline:
+                    self._threads[chunk].release()
+                    return False
+                time.sleep(delay)  # a chunk's copy takes microseconds: poll, backing off
+                delay = min(2 * delay, 1e-3)
+
+    def release(self, chunk: int) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, chunk)
+        self._threads[chunk].release()
+
+    def close(self) -> None:
+        """Closes the shared descriptor once the last `ChunkLocks` of the file in this process
+        closes (which releases this process's record locks on it)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._REGISTRY:
+            shared = self._OPEN[self._key]
+            shared[2] -= 1
+            if shared[2] == 0:
+                del self._OPEN[self._key]
+                os.close(shared[0])
+
+
 class ParameterStore:
     """A flat float32 parameter vector in shared memory, with one lock per chunk.
 
     Create it in the parent with `ParameterStore.create(size, chunks)`; pass `store.handle()` to
-    child processes (spawn or forkserver), which `ParameterStore.attach(handle)`. The creator
+    child processes (spawn or forkserver), which `ParameterStore.attach(handle)`; a process that
+    knows the store's name and size attaches without a handle passed at its start. The creator
     `close(unlink=True)`s it at the end.
 
     Beside the parameters the segment holds four shared counters, read and written under the
@@ -45,7 +121,7 @@ class ParameterStore:
     _PUSHES, _STEPS, _STOP, _REMOTE_STEPS = range(4)
     lock_timeout = 60.0  # seconds (see `_held`)
 
-    def __init__(self, path: str, block, size: int, locks, owner: bool):
+    def __init__(self, path: str, block, size: int, locks: ChunkLocks, owner: bool):
         self.size, self.path, self._block, self._locks, self._owner = (
             size,
             path,
@@ -53,49 +129,62 @@ class ParameterStore:
             locks,
             owner,
         )
-        self.bounds = _chunk_bounds(size, len(locks))
+        self.bounds = _chunk_bounds(size, locks.count)
         self._header = np.ndarray((4,), np.int64, buffer=block, offset=0)
         self._params = np.ndarray((size,), np.float32, buffer=block, offset=32)
 
     @classmethod
-    def create(
-        cls, size: int, chunks: int = 16, context=None, locks=None, name: str | None = None
-    ) -> ParameterStore:
-        """A zeroed store of `size` parameters in `chunks` chunks (at most one per parameter).
-
-        `locks` (one per chunk) and `name` (a file name in /dev/shm) may come from a parent that
-        started the processes which will `attach`: locks can only reach a process when it
-        starts.
-        """
+    def create(cls, size: int, chunks: int = 16, name: str | None = None) -> ParameterStore:
+        """A zeroed store of `size` parameters in `chunks` chunks (at most one per parameter),
+        in the file `name` of /dev/shm (default: a new name of this process)."""
         if size <= 0:
             raise ValueError(f"a parameter store needs at least one parameter, got {size}")
-        if locks is None:
-            context = context or multiprocessing.get_context("spawn")
-            locks = [context.Lock() for _ in range(max(1, min(int(chunks), size)))]
         path = os.path.join(SHM_DIR, name or f"tfaccel-ps-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         block = map_shared(path, 32 + 4 * size, create=True)
-        store = cls(path, block, size, list(locks), owner=True)
+        store = cls(path, block, size, ChunkLocks(path, max(1, min(int(chunks), size))), True)
         store._header[:] = 0
         store._params[:] = 0.0
         return store
 
+    def publish(self, name: str) -> None:
+        """Renames the store's file to `name` (in /dev/shm) at once: a store created under a
+        temporary name and filled first appears whole to the processes that wait for `name`
+        (`wait_for`)."""
+        path = os.path.join(SHM_DIR, name)
+        os.rename(self.path, path)
+        self.path = path
+
+    @staticmethod
+    def wait_for(name: str, timeout: float, alive=lambda: True, poll: float = 0.2) -> bool:
+        """Waits until the store `name` exists (`publish`); False after `timeout` seconds or as
+        soon as `alive()` (its creator is alive) is False."""
+        path, deadline = os.path.join(SHM_DIR, name), time.monotonic() + timeout
+        while not os.path.exists(path):
+            if not alive() or time.monotonic() > deadline:
+                return False
+            time.sleep(poll)
+        return True
+
     def handle(self) -> tuple:
-        """What a child process needs to `attach` (picklable when passed at process start)."""
-        return (os.path.basename(self.path), self.size, self._locks)
+        """What another process needs to `attach`: (name, size, chunks), plain values."""
+        return (os.path.basename(self.path), self.size, self._locks.count)
 
     @classmethod
     def attach(cls, handle: tuple) -> ParameterStore:
-        """Maps the store of `handle` = (name, size, locks); size None: as large as it is."""
-        name, size, locks = handle
+        """Maps the store of `handle` = (name, size, chunks); size None: as large as it is."""
+        name, size, chunks = handle
         path = os.path.join(SHM_DIR, name)
         if size is None:
             size = (os.path.getsize(path) - 32) // 4
         if os.path.getsize(path) < 32 + 4 * size:
             raise ValueError(f"store {path} holds fewer than {size} parameters")
-        return cls(path, map_shared(path, 32 + 4 * size, create=False), size, locks, owner=False)
+        # Mapped through the locks' descriptor: opening and closing another one would drop the
+        # locks this process holds on the file (another store of it here, in another thread).
+        locks = ChunkLocks(path, max(1, min(int(chunks), size)))
+        return cls(path, mmap.mmap(locks.fileno(), 32 + 4 * size), size, locks, owner=False)
 
     def _counter(self, slot: int, add: int = 0) -> int:
-        with self._held(self._locks[0]):
+        with self._held(0):
             self._header[slot] += add
             return int(self._header[slot])
 
@@ -120,12 +209,12 @@ class ParameterStore:
 
     def set_remote_steps(self, steps: int) -> None:
         """Records the other machines' agent steps (the machine sync does)."""
-        with self._held(self._locks[0]):
+        with self._held(0):
             self._header[self._REMOTE_STEPS] = int(steps)
 
     def set_steps(self, steps: int) -> None:
         """Sets the agent-step counter (a resumed run's count)."""
-        with self._held(self._locks[0]):
+        with self._held(0):
             self._header[self._STEPS] = int(steps)
 
     def request_stop(self) -> None:
@@ -140,41 +229,42 @@ class ParameterStore:
     def set(self, values: np.ndarray) -> None:
         """Overwrites the parameters (initialization and restore), chunk by chunk under locks."""
         values = self._check(values)
-        for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
-            with self._held(lock):
+        for chunk, (start, stop) in enumerate(self.bounds):
+            with self._held(chunk):
                 self._params[start:stop] = values[start:stop]
 
     def pull(self, out: np.ndarray | None = None) -> np.ndarray:
         """Copies the current parameters into `out` (a new array if None); each chunk is read
         whole under its lock, chunks one after another."""
         out = np.empty(self.size, np.float32) if out is None else self._check(out)
-        for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
-            with self._held(lock):
+        for chunk, (start, stop) in enumerate(self.bounds):
+            with self._held(chunk):
                 out[start:stop] = self._params[start:stop]
         return out
 
     def push(self, delta: np.ndarray) -> None:
         """Adds `delta` [size] to the parameters, chunk by chunk, each under its lock."""
         delta = self._check(delta)
-        for lock, (start, stop) in zip(self._locks, self.bounds, strict=True):
-            with self._held(lock):
+        for chunk, (start, stop) in enumerate(self.bounds):
+            with self._held(chunk):
                 self._params[start:stop] += delta[start:stop]
         self._counter(self._PUSHES, 1)
 
     @contextlib.contextmanager
-    def _held(self, lock):
-        """`lock`, held: a chunk's copy takes microseconds, so one not released in
-        `lock_timeout` seconds was held by a learner that died (SIGKILL, OOM) and never will be."""
-        if not lock.acquire(timeout=self.lock_timeout):
+    def _held(self, chunk: int):
+        """Chunk `chunk`'s lock, held: a chunk's copy takes microseconds, so one not released
+        in `lock_timeout` seconds is held by a learner that is stopped or hung (one that died
+        released it with its life)."""
+        if not self._locks.acquire(chunk, self.lock_timeout):
             raise RuntimeError(
                 f"the parameter store's lock was not released in {self.lock_timeout:g} s: a "
-                "learner was killed while it held it; the run cannot go on (the same command "
+                "learner holding it is stopped or hung; the run cannot go on (the same command "
                 "resumes from the last checkpoints)"
             )
         try:
             yield
         finally:
-            lock.release()
+            self._locks.release(chunk)
 
     def _check(self, array: np.ndarray) -> np.ndarray:
         array = np.asarray(array)
@@ -188,6 +278,7 @@ class ParameterStore:
         """Unmaps the segment; the creator (or `unlink=True`) also removes it."""
         self._params = self._header = None
         unmap_shared(self._block)
+        self._locks.close()
         if self._owner if unlink is None else unlink:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
