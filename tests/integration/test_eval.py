@@ -43,6 +43,10 @@ def test_eval_prints_scores_and_writes_gif_and_mp4(pong_policy, tmp_path):
         f"--mp4={mp4}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    # Each game as it ends, and nothing of TensorFlow's C++ start-up (CUDA probes, oneDNN).
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("game 1/1: ") and lines[0].endswith(" in 200 agent steps")
+    assert all(line.startswith("warning: ") for line in lines[1:]), result.stderr  # step limit
     data = json.loads(result.stdout)
     assert data["episodes"] == 1 and len(data["scores"]) == 1
     assert data["lengths"] == [200]  # an untrained Pong player loses no game in 200 steps
