@@ -153,3 +153,13 @@ def test_a_policy_stuck_before_fire_is_warned_about_and_eval_explores_by_default
     assert "game 1/1: 0 in 300 agent steps" in stuck.stderr  # each game as it ends
     default = run(f"--policy_dir={path}", "--episodes=1", "--max_agent_steps=20")
     assert json.loads(default.stdout)["epsilon"] == 0.001  # Machado et al.'s evaluation
+
+
+def test_the_shipped_pong_policy_wins_out_of_the_box():
+    """pretrained/a2c_pong, as a user plays it: the current preprocessing and export format
+    still fit the policy committed to the repository (a change to either would lose games)."""
+    result = run("--policy_dir=pretrained/a2c_pong", "--episodes=1", "--seed=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["game"] == "pong" and data["at_step_limit"] == 0
+    assert data["scores"][0] >= 18, data  # 20.9 over 10 games when it was committed
