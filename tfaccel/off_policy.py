@@ -129,10 +129,7 @@ def train_off_policy(
     run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
-    with (
-        run_dirs.held(run_dir),
-        runner.make_pool(env, seed, layout) as pool,
-    ):
+    with run_dirs.held(run_dir), runner.make_pool(env, seed, layout) as pool:
         replays = _make_replays(
             pool, replay_capacity, layout.num_groups, batch_size, min_replay_steps, seed,
             n_step=n_step, discount=discount, prioritized=prioritized, alpha=priority_alpha,

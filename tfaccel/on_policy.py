@@ -91,10 +91,7 @@ def train(
     learners, chief, seed = team.learners, team.chief, team.seed(settings.seed)
     run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
     frame_skip = getattr(env, "frame_skip", 1)
-    with (
-        run_dirs.held(run_dir),
-        runner.make_pool(env, seed, layout) as pool,
-    ):
+    with run_dirs.held(run_dir), runner.make_pool(env, seed, layout) as pool:
         frames_per_rollout = frame_skip * horizon * pool.group_size * learners
         schedule = _schedule(
             learning_rate, decay_learning_rate, warmup_frames, settings.total_frames,
