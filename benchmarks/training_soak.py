@@ -69,9 +69,7 @@ def main():
     command = [sys.executable, "bin/train", f"--root_dir={run_dir}"]
     command += [f"--gin_file={name}" for name in args.gin_file]
     command += [f"--gin_bindings={binding}" for binding in args.gin_bindings]
-    command += [
-        f"--gin_bindings=RunConfig.max_wall_seconds = {args.minutes * 60}"
-    ]
+    command += [f"--gin_bindings=RunConfig.max_wall_seconds = {args.minutes * 60}"]
     shm_before = shm_used_mib()
     begin = time.perf_counter()
     out = os.path.join(ROOT, "benchmarks", "results", "soak", f"training_soak__{args.name}")

@@ -29,12 +29,22 @@ ADAM = ("train.make_optimizer = @make_adam", "train.learning_rate = 3e-4")
 SUITES = {  # suite: {name: (config, workers, envs per worker, bindings)}
     "a2c": {
         "64 envs (4 x 16, two groups), nice 19 (a2c.gin)": ("a2c.gin", 4, 16, ()),
-        "64 envs (4 x 16, two groups), nice 5": ("a2c.gin", 4, 16, ("PoolConfig.worker_niceness = 5",)),
+        "64 envs (4 x 16, two groups), nice 5": (
+            "a2c.gin",
+            4,
+            16,
+            ("PoolConfig.worker_niceness = 5",),
+        ),
         "32 envs (2 x 16, one group)": ("a2c.gin", 2, 16, ("PoolConfig.num_groups = 1",)),
         "32 envs (2 x 16, two groups)": ("a2c.gin", 2, 16, ()),
         "64 envs (4 x 16), tf_threads 1": ("a2c.gin", 4, 16, ("RunConfig.tf_threads = 1",)),
         "64 envs (4 x 16, two groups), bf16 (a2c_bf16.gin)": ("a2c_bf16.gin", 4, 16, ()),
-        "32 envs (2 x 16, one group), bfloat16": ("a2c_bf16.gin", 2, 16, ("PoolConfig.num_groups = 1",)),
+        "32 envs (2 x 16, one group), bfloat16": (
+            "a2c_bf16.gin",
+            2,
+            16,
+            ("PoolConfig.num_groups = 1",),
+        ),
         "32 envs (2 x 16, two groups), bfloat16": ("a2c_bf16.gin", 2, 16, ()),
     },
     "async": {
