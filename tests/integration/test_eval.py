@@ -77,6 +77,10 @@ def test_eval_prints_scores_and_writes_gif_and_mp4(pong_policy, tmp_path):
             ["--policy_dir=/nonexistent", "--mp4=/nonexistent/a.mp4"],
             "error: cannot write the MP4 /nonexistent/a.mp4: its directory does not exist",
         ),
+        (
+            ["--policy_dir=pretrained/a2c_pong", "--gif=/nonexistent/a.gif"],
+            "error: cannot write the GIF /nonexistent/a.gif: its directory does not exist",
+        ),
     ],
 )
 def test_user_errors_end_with_one_line(args, message):
