@@ -111,3 +111,28 @@ def test_bin_train_takes_the_example_env_through_gin(tmp_path):
     assert "done: 2,000 frames" in result.stdout, result.stdout[-2000:]
     config = (tmp_path / "runs" / "corridor_bin" / "operative_config.gin").read_text()
     assert "import corridor" in config and "CorridorConfig.cells = 7" in config
+
+
+# `tests/<file>.py::test_name` in a table cell; a bare `test_name...` cell names a test of the
+# file named before it in the same cell.
+CITED_TEST = re.compile(r"`(?:(tests/[\w/]+\.py)::)?(test_\w+)(\.\.\.)?(?:\[[^\]`]*\])?`")
+
+
+def test_every_test_the_troubleshooting_tables_cite_exists():
+    """Each row of the bad-input and fault tables is backed by a test: a renamed or removed test
+    would leave a row that promises what nothing checks."""
+    with open(os.path.join(ROOT, "docs", "troubleshooting.md"), encoding="utf-8") as handle:
+        rows = [line for line in handle if line.startswith("| ")]
+    cited = 0
+    for row in rows:
+        path = None
+        for match in CITED_TEST.finditer(row):
+            path = match.group(1) or path
+            if path is None:
+                continue  # a bare name before any file: nothing to look in
+            with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+                source = handle.read()
+            end = "" if match.group(3) else r"\("
+            assert re.search(rf"def {match.group(2)}{end}", source), (path, match.group(2))
+            cited += 1
+    assert cited >= 40, cited  # the tables were found and read
