@@ -27,13 +27,9 @@ def clean_gin_and_precision():
     them so (a test that parses configs or sets a precision cannot leak into the next)."""
     import gin
 
-    def clear():
-        with gin.unlock_config():
-            gin.clear_config()
-
-    clear()
+    gin.clear_config()  # unlocks it too (`unlock_config` would lock it again on leaving)
     yield
-    clear()
+    gin.clear_config()
     if "keras" in __import__("sys").modules:
         import keras
 

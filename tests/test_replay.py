@@ -209,6 +209,22 @@ def test_uniform_sample_draws_valid_transitions():
     np.testing.assert_array_equal(again.next_observation, batch.next_observation)
 
 
+def test_stacks_assembled_into_given_arrays_equal_new_ones():
+    buffer = ReplayBuffer(B, 100 * B, (4, 3), n_step=3, truncation_capacity=100, seed=5)
+    drive(buffer, 150, seed=2)
+    index = buffer.sample(300).index
+    whole = buffer.get(index)
+    into = np.full((2, 400, 4, 3, 4), 7, np.uint8)  # a larger batch; rows 50..350 are these
+    part = buffer.get(index, out=[into[0, 50:350], into[1, 50:350]])
+    np.testing.assert_array_equal(into[0, 50:350], whole.observation)
+    np.testing.assert_array_equal(into[1, 50:350], whole.next_observation)
+    assert (
+        part.observation.base is into and (into[:, :50] == 7).all() and (into[:, 350:] == 7).all()
+    )
+    with pytest.raises(ValueError, match=r"out is uint8 \(299, 4, 3, 4\)"):
+        buffer.get(index, out=[into[0, :299], into[1, :299]])
+
+
 def test_stream_restart_after_load_cuts_windows():
     buffer = ReplayBuffer(B, 20 * B, (4, 3), n_step=3, discount=0.9)
     log = drive(buffer, 13, seed=0)
@@ -293,7 +309,7 @@ def test_weights_of_several_buffers_are_normalized_over_the_whole_batch():
     assert dict(zip(raw.index.tolist(), raw.weight.tolist(), strict=True)) == pytest.approx(
         {int(i): expected[int(i)] for i in raw.index}
     )
-    batch, shares = off_policy._sample([first, second], 400, beta=1.0)
+    batch, shares = off_policy.sample_batch([first, second], 400, beta=1.0)
     assert shares == [200, 200] and batch.weight.max() == 1.0
     one = {int(first.indices()[0]): 1.0, int(first.indices()[1]): 1 / 3}
     np.testing.assert_allclose(batch.weight[:200], [one[int(i)] for i in batch.index[:200]])

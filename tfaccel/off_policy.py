@@ -33,13 +33,14 @@ from tfaccel.replay import ReplayBatch, ReplayBuffer, available_memory, memory_n
 from tfaccel.sampler import ReplaySampler, compile_act
 
 
-def _act(network, observation, generator, epsilon, atoms):
+def act_rule(network, observation, generator, epsilon, atoms):
     """The DQN family's act rule in the order `sampler.compile_act` passes its inputs."""
     return dqn.act(network, observation, epsilon, generator, atoms)
 
 
-def _sample(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[int]]:
-    """An equal share of the batch from each group's buffer, concatenated.
+def sample_batch(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[int]]:
+    """An equal share of the batch from each group's buffer; the stacks of every share are
+    assembled in place in the batch's arrays (concatenating them after costs as much again).
 
     Prioritized: a transition of group g is drawn with probability P_g(i) / G per draw, so its
     importance weight is (N * P_g(i) / G)^-beta (N: the valid transitions of all groups),
@@ -47,8 +48,18 @@ def _sample(replays, batch_size: int, beta: float) -> tuple[ReplayBatch, list[in
     """
     share = batch_size // len(replays)
     sizes = [len(replay) for replay in replays]
-    parts = [replay.sample(share, beta, normalize=False) for replay in replays]
-    batch = ReplayBatch(*(np.concatenate(fields) for fields in zip(*parts, strict=True)))
+    first = replays[0]
+    shape = (share * len(replays), *first.frame_shape, first.stack)
+    stacks = np.empty(shape, np.uint8), np.empty(shape, np.uint8)  # each share in place
+    parts = [
+        replay.sample(share, beta, False, [whole[g * share : (g + 1) * share] for whole in stacks])
+        for g, replay in enumerate(replays)
+    ]
+    stacked = {"observation": stacks[0], "next_observation": stacks[1]}
+    batch = ReplayBatch(**{
+        name: stacked[name] if name in stacked else np.concatenate(values)
+        for name, values in zip(ReplayBatch._fields, zip(*parts, strict=True), strict=True)
+    })  # fmt: skip
     if replays[0].prioritized:  # the parts' weights are (N_g * P_g(i))^-beta
         scale = [(sum(sizes) / (len(replays) * size)) ** -beta for size in sizes]
         weight = batch.weight * np.repeat(np.asarray(scale, np.float32), share)
@@ -135,13 +146,13 @@ def train_off_policy(
             n_step=n_step, discount=discount, prioritized=prioritized, alpha=priority_alpha,
             assembly_threads=assembly_threads,
         )  # fmt: skip
-        agent = _make_learner(
+        agent = make_learner(
             pool.spec, (torso, dueling), algorithm,
             lambda: make_optimizer(float(learning_rate)), seed, strategy,
         )  # fmt: skip
         act, _, generator = compile_act(
-            agent.network, functools.partial(_act, atoms=atoms), pool.spec, pool.group_size, seed,
-            epsilon=True,
+            agent.network, functools.partial(act_rule, atoms=atoms), pool.spec,
+            pool.group_size, seed, epsilon=True,
         )  # fmt: skip
         counters, saver, restored = run_dirs.checkpoints(
             run_dir, (log, eval_log), frame_skip, team, network=agent.network,
@@ -249,7 +260,7 @@ class _ReplayLearning:
         return f"  replay {sum(len(replay) for replay in self.replays):,}"
 
     def draw(self) -> tuple[np.ndarray, list[int], ReplayBatch]:
-        batch, shares = _sample(self.replays, self.batch_size, self.beta)
+        batch, shares = sample_batch(self.replays, self.batch_size, self.beta)
         return batch.index, shares, self.agent.prepare(batch)
 
     def train(self, warm: bool, num_envs: int, frames: int, cleanup, guards) -> dict | None:
@@ -287,7 +298,7 @@ class _ReplayLearning:
         return metrics
 
 
-def _make_learner(spec, torso, algorithm, make_optimizer, seed, strategy) -> learner.Learner:
+def make_learner(spec, torso, algorithm, make_optimizer, seed, strategy) -> learner.Learner:
     """The learner of a Q-value network with a target network (`torso`: the torso factory and
     whether the heads are dueling)."""
     torso, dueling = torso

@@ -93,12 +93,12 @@ def train(
     frame_skip = getattr(env, "frame_skip", 1)
     with run_dirs.held(run_dir), runner.make_pool(env, seed, layout) as pool:
         frames_per_rollout = frame_skip * horizon * pool.group_size * learners
-        schedule = _schedule(
+        schedule = learning_rate_schedule(
             learning_rate, decay_learning_rate, warmup_frames, settings.total_frames,
             frames_per_rollout, algorithm,
         )  # fmt: skip
         make_network = network or functools.partial(networks.PolicyValueNetwork, torso=torso)
-        agent = _make_learner(
+        agent = make_learner(
             lambda: make_network(pool.spec), (loss_fn, prepare_fn, anneal_clip), algorithm,
             lambda: make_optimizer(schedule.rate), schedule, seed, strategy,
         )  # fmt: skip
@@ -136,7 +136,9 @@ class _Schedule:
         self.rate, self.initial, self.decay = rate, initial, decay
 
 
-def _schedule(learning_rate, decay, warmup_frames, total_frames, frames_per_rollout, algorithm):
+def learning_rate_schedule(
+    learning_rate, decay, warmup_frames, total_frames, frames_per_rollout, algorithm
+):
     """The run's learning rate (`_Schedule`). It counts optimizer steps: PPO takes epochs x
     minibatches of them per rollout of `frames_per_rollout` env frames (every learner's)."""
     steps_per_rollout = getattr(algorithm, "epochs", 1) * getattr(algorithm, "minibatches", 1)
@@ -152,8 +154,8 @@ def _schedule(learning_rate, decay, warmup_frames, total_frames, frames_per_roll
     return _Schedule(rate, learning_rate, decay_fn)
 
 
-def _make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedule, seed,
-                  strategy) -> learner.Learner:  # fmt: skip
+def make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedule, seed,
+                 strategy) -> learner.Learner:  # fmt: skip
     """The learner of an on-policy algorithm: `algorithm_fns` are its loss, its `prepare_fn`
     (or None) and whether the loss's clip anneals with the learning rate's decay (PPO's)."""
     loss_fn, prepare_fn, anneal_clip = algorithm_fns

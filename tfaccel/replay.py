@@ -339,14 +339,18 @@ class ReplayBuffer:
         valid &= ~(alive & (step + n > latest))
         return valid, ret, disc, boot, trunc, final_id
 
-    def _observations(self, step, env, start, newest=None) -> np.ndarray:
-        """Stacks [N, H, W, stack] ending at `step` [N], zeros before `start` [N].
+    def _observations(self, step, env, start, newest=None, out=None) -> np.ndarray:
+        """Stacks [N, H, W, stack] ending at `step` [N], zeros before `start` [N], written into
+        `out` when given (a slice of a larger batch: no copy afterwards).
 
         `newest` = (use [N] bool, frames [K, H, W]) replaces the newest frame of the K rows in
         `use`. The rows are split among `assembly_threads` threads: numpy's gathers and copies
         release the GIL.
         """
-        stacks = np.empty((step.size, *self.frame_shape, self.stack), np.uint8)
+        shape = (step.size, *self.frame_shape, self.stack)
+        if out is not None and (out.shape != shape or out.dtype != np.uint8):
+            raise ValueError(f"out is {out.dtype} {out.shape}; the stacks are uint8 {shape}")
+        stacks = np.empty(shape, np.uint8) if out is None else out
         steps = step[:, None] - np.arange(self.stack - 1, -1, -1)  # [N, stack], oldest first
         if newest is not None:
             use, frames = newest
@@ -389,8 +393,9 @@ class ReplayBuffer:
         return slot, env, step, (step >= 0) & (self._steps(slot) == step)
 
     @_locked
-    def get(self, index: np.ndarray) -> ReplayBatch:
-        """The transitions at `index` [N] (all valid and held), with unit weights."""
+    def get(self, index: np.ndarray, out=None) -> ReplayBatch:
+        """The transitions at `index` [N] (all valid and held), with unit weights; `out`: the
+        (observation, next_observation) arrays [N, H, W, stack] to assemble them into."""
         index = np.asarray(index, np.int64)
         slot, env, step, held = self._position(index)
         if not held.all():
@@ -398,10 +403,11 @@ class ReplayBuffer:
         valid, ret, disc, boot, trunc, final_id = self._window(step, env)
         if not valid.all():
             raise ValueError(f"invalid transitions at indices {index[~valid][:8]}")
-        observation = self._observations(step, env, self._start[slot, env])
+        out = out or (None, None)
+        observation = self._observations(step, env, self._start[slot, env], out=out[0])
         boot_start = self._start[(boot - trunc) % self.time, env]  # a truncation's episode
         final = self._final_frames[final_id[trunc] % self.final_capacity]  # [K, H, W]
-        next_observation = self._observations(boot, env, boot_start, (trunc, final))
+        next_observation = self._observations(boot, env, boot_start, (trunc, final), out[1])
         return ReplayBatch(
             observation,
             self._action[slot, env],
@@ -413,7 +419,9 @@ class ReplayBuffer:
         )
 
     @_locked
-    def sample(self, batch_size: int, beta: float = 0.4, normalize: bool = True) -> ReplayBatch:
+    def sample(
+        self, batch_size: int, beta: float = 0.4, normalize: bool = True, out=None
+    ) -> ReplayBatch:
         """Draws `batch_size` valid transitions, uniformly or by priority.
 
         Args:
@@ -421,6 +429,8 @@ class ReplayBuffer:
             beta: importance-weight exponent: weights are (N_valid * P(i))^-beta over their max.
             normalize: divide the weights by their max (False: the caller normalizes, e.g. over
                 a batch drawn from several buffers).
+            out: (observation, next_observation) arrays [N, H, W, stack] uint8 to assemble the
+                stacks into (e.g. this buffer's rows of a batch drawn from several); None: new.
         """
         if self._num_valid == 0:
             raise ValueError("the replay buffer holds no complete transition yet")
@@ -434,7 +444,7 @@ class ReplayBuffer:
                 index[bad] = self._rng.integers(flat_valid.size, size=int(bad.sum()))
             bad = ~flat_valid[index]
             index[bad] = self._rng.choice(np.flatnonzero(flat_valid), int(bad.sum()))
-            return self.get(self._index(index))
+            return self.get(self._index(index), out)
         total = self._tree.total()
         index = self._tree.sample(self._rng.uniform(0.0, total, batch_size))
         bad = ~flat_valid[index]
@@ -452,7 +462,7 @@ class ReplayBuffer:
         weight = (self._num_valid * probability) ** -beta
         if normalize:
             weight = weight / weight.max()
-        return self.get(self._index(index))._replace(weight=weight.astype(np.float32))
+        return self.get(self._index(index), out)._replace(weight=weight.astype(np.float32))
 
     @_locked
     def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:

@@ -25,13 +25,12 @@ def timed(step: Callable[[], int], seconds: float, warmup: float = 1.0) -> float
     return steps / elapsed
 
 
-def raw_single_process_sps(config, seconds: float) -> float:
-    """The limit's measure: one env of `config` (an `AtariConfig`) in this process, random
-    actions, the same preprocessing as training; its steps per second."""
+def random_steps(config) -> Callable[[], int]:
+    """A call that steps one env of `config` (an env factory) once with a random action,
+    starting a new game when one ends; it returns 1 (the agent steps it took)."""
     env = config(seed=0)
     env.reset()
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, env.spec.num_actions, 1 << 16)
+    actions = np.random.default_rng(0).integers(0, env.spec.num_actions, 1 << 16)
     counter = [0]
 
     def step():
@@ -41,7 +40,13 @@ def raw_single_process_sps(config, seconds: float) -> float:
             env.reset()
         return 1
 
-    return timed(step, seconds)
+    return step
+
+
+def raw_single_process_sps(config, seconds: float) -> float:
+    """The limit's measure: one env of `config` (an `AtariConfig`) in this process, random
+    actions, the same preprocessing as training; its steps per second."""
+    return timed(random_steps(config), seconds)
 
 
 def gymnasium_async_sps(game: str, num_envs: int, seconds: float) -> float:
