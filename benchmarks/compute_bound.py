@@ -2,7 +2,7 @@
 """How close training runs to what its parts cost: the compute-bound limit of a preset.
 
     .venv/bin/python benchmarks/compute_bound.py --configs=a2c.gin,ppo.gin,categorical_dqn.gin \
-        --json=benchmarks/results/speed/compute_bound.json
+        --json=benchmarks/results/speed/compute_bound__amx.json
 
 For each config, on one game (Pong), in this one run:
 
