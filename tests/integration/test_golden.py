@@ -9,9 +9,11 @@ the numbers (a new default, a fixed bug) writes them anew and says why in its co
 
 Floats depend on the kernels a CPU runs: the runs pin TensorFlow to one code path (no oneDNN
 graph rewrites, oneDNN's kernels at AVX2, two threads), and tests/golden/fingerprint.txt holds
-what a small convolutional training step computes on that path. A machine where that step comes
-out otherwise (another instruction set) cannot reproduce the files, and the test says so
-rather than compare.
+what training steps of a small convolutional network and of the golden runs' own networks, at
+their batch sizes, compute on that path. A machine where they come out otherwise (another
+instruction set, or other cache sizes, by which the kernels block their sums) cannot reproduce
+the files, and the test says so rather than compare. (A fingerprint of the small network alone
+matched on two machines whose A2C runs differed from the first row.)
 """
 
 import csv
@@ -66,6 +68,26 @@ for _ in range(3):
     optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
                                   model.trainable_variables))
 print(np.concatenate([v.numpy().ravel() for v in model.trainable_variables]).tobytes().hex())
+# The golden runs' own networks at their batch sizes: how a CPU blocks a larger product (by its
+# cache sizes) can change the sums where the small step above agrees.
+import sys; sys.path.insert(0, ".")
+import keras
+from tfaccel.envs.toy import CatchConfig
+from tfaccel.networks import PolicyValueNetwork, QNetwork, a3c_torso
+spec = CatchConfig()(seed=0).spec
+for make, batch in ((lambda: PolicyValueNetwork(spec, torso=a3c_torso), 40),
+                    (lambda: PolicyValueNetwork(spec, torso=a3c_torso), 128),
+                    (lambda: QNetwork(spec, torso=a3c_torso), 64)):
+    keras.utils.set_random_seed(0)
+    network, optimizer = make(), keras.optimizers.Adam(1e-3)
+    x = np.random.default_rng(1).integers(0, 256, (batch, *spec.observation.shape), np.uint8)
+    for _ in range(2):
+        with tf.GradientTape() as tape:
+            output = network(x)
+            loss = sum(tf.reduce_mean(tf.square(o)) for o in tf.nest.flatten(output))
+        optimizer.apply_gradients(zip(tape.gradient(loss, network.trainable_variables),
+                                      network.trainable_variables))
+    print(np.concatenate([v.numpy().ravel() for v in network.trainable_variables]).tobytes().hex())
 """
 
 
@@ -77,7 +99,7 @@ def fingerprint() -> str:
     """A digest of what the small training step computes on this machine's pinned path."""
     result = subprocess.run(
         [sys.executable, "-c", NUMERICS], env=pinned_env(), capture_output=True, text=True,
-        check=True, timeout=120,
+        check=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     return hashlib.sha256(result.stdout.strip().encode()).hexdigest()[:16]
 
