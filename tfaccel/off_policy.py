@@ -158,26 +158,18 @@ def train_off_policy(
             run_dir, (log, eval_log), frame_skip, team, network=agent.network,
             target=agent.target, optimizer=agent.optimizer, generator=generator,
         )  # fmt: skip
-        checkpoint_dir = saver.directory
         runner.set_frame_offsets([agent.network, agent.target], env, seed, log)
         if restored and checkpoint_replay:
-            loaded = replay_files.restore(checkpoint_dir, restored, replays)
+            loaded = replay_files.restore(saver.directory, restored, replays)
             log.message("replay restored" if loaded else "no replay saved with it: refilling")
         atari = env if isinstance(env, AtariConfig) else None
-
-        def save(frames: int, wall_s: float) -> None:
-            # The replay first: a save cut midway resumes from the checkpoint before, with its
-            # replay. A replay that cannot be written (a full disk) still lets the checkpoint be.
-            saved = checkpoint_replay and replay_files.save(checkpoint_dir, frames, replays, log)
-            saver.save(frames)
-            if saved:
-                replay_files.prune(checkpoint_dir, frames)
-            if chief:
-                run_dirs.publish_policy(
-                    agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
-                    settings.eval_episodes, algorithm.eval_epsilon, seed, **_export_head(atoms),
-                )  # fmt: skip
-
+        publish = chief and (
+            lambda frames, wall_s: run_dirs.publish_policy(
+                agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,
+                settings.eval_episodes, algorithm.eval_epsilon, seed, **_export_head(atoms),
+            )
+        )  # fmt: skip
+        save = _saving(saver, replays if checkpoint_replay else None, log, publish)
         sampler = ReplaySampler(pool, act, replays)
         learning = _ReplayLearning(
             agent, replays, batch_size, replay_ratio, prioritized,
@@ -194,6 +186,23 @@ def train_off_policy(
             DeadNetworkWatch(log),
         )
         return _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, guards)
+
+
+def _saving(saver, replays, log, publish):
+    """The trainer's `save(frames, wall_s)`: the replay first (unless `replays` is None), so a
+    save cut midway resumes from the checkpoint before with its replay; a replay that cannot be
+    written (a full disk) still lets the checkpoint be. Then the checkpoint, and
+    `publish(frames, wall_s)` where it is given (the chief's exported policy)."""
+
+    def save(frames: int, wall_s: float) -> None:
+        saved = replays is not None and replay_files.save(saver.directory, frames, replays, log)
+        saver.save(frames)
+        if saved:
+            replay_files.prune(saver.directory, frames)
+        if publish:
+            publish(frames, wall_s)
+
+    return save
 
 
 def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, guards) -> dict:

@@ -274,6 +274,11 @@ class EnvPool:
             self._shm_path,
             self._shm_fd,
         )
+        self._start(start_method)
+
+    def _start(self, start_method: str) -> None:
+        """Starts every worker on the segment and waits for their answers; then the segment's
+        name goes (closing the pool on any failure)."""
         try:
             if start_method == "forkserver":
                 self._context.set_forkserver_preload(["tfaccel.envs.pool"])
