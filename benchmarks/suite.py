@@ -44,6 +44,8 @@ from tfaccel.bench import results as results_file  # noqa: E402
 
 REFERENCES = os.path.join(ROOT, "benchmarks", "reference")
 RESULTS = os.path.join(ROOT, "benchmarks", "results", "suite")
+KEPT = os.path.join(RESULTS, "runs")  # the logs of the suite's runs, committed
+KEPT_FILES = ("metrics.csv", "eval.csv", "operative_config.gin")
 GAMES = ("pong", "breakout", "beam_rider", "qbert", "seaquest", "space_invaders")
 
 
@@ -194,6 +196,14 @@ def trained_frames(run_dir: str) -> int:
         return 0
 
 
+def progress(job: Job, root: str, kept: str | None = KEPT) -> int:
+    """The frames a job has trained: those of its run directory under `root`, or of its kept
+    logs under `kept` where they went further (a run finished on another machine, or before
+    the run directories were cleared, is not trained again)."""
+    frames = trained_frames(job.run_dir(root))
+    return max(frames, trained_frames(job.run_dir(kept))) if kept else frames
+
+
 def command(job: Job, root: str, wall_seconds: float | None) -> list[str]:
     """The `bin/train` command of one run."""
     entry, trainer = job.entry, job.entry.trainer
@@ -216,11 +226,14 @@ def command(job: Job, root: str, wall_seconds: float | None) -> list[str]:
     ] + [f"--gin_bindings={binding}" for binding in bindings]
 
 
-def run_grid(root: str, todo: list[Job], parallel: int, hours: float | None) -> int:
-    """Trains the unfinished jobs, `parallel` at a time; 0 when all ended well, 130/143 after
-    a signal (forwarded to the runs, which save first), 1 when a run failed (the others go on)."""
+def run_grid(
+    root: str, todo: list[Job], parallel: int, hours: float | None, kept: str | None = KEPT
+) -> int:
+    """Trains the unfinished jobs (`progress`: a job whose kept logs are finished is done),
+    `parallel` at a time; 0 when all ended well, 130/143 after a signal (forwarded to the runs,
+    which save first), 1 when a run failed (the others go on)."""
     deadline = time.monotonic() + hours * 3600 if hours else None
-    pending = [job for job in todo if trained_frames(job.run_dir(root)) < job.entry.frames]
+    pending = [job for job in todo if progress(job, root, kept) < job.entry.frames]
     print(f"suite: {len(todo) - len(pending)} of {len(todo)} runs done, {len(pending)} to train")
     running: dict[subprocess.Popen, Job] = {}
     stopped, failed = [], []
@@ -263,29 +276,29 @@ def run_grid(root: str, todo: list[Job], parallel: int, hours: float | None) -> 
     return 1 if failed else 0
 
 
-KEPT = os.path.join(RESULTS, "runs")  # the logs of the suite's runs, committed
-KEPT_FILES = ("metrics.csv", "eval.csv", "operative_config.gin")
-
-
-def keep(root: str, todo: list[Job], into: str = KEPT) -> list[str]:
+def keep(root: str, todo: list[Job], into: str = KEPT) -> tuple[list[str], list[str]]:
     """Copies the logs of each run that has any (`KEPT_FILES`, not its checkpoints) into
     `into/<entry>/<game>/seed<k>/`, which `summary --root` reads like the run directories
     themselves: a run directory lives on one machine, the suite's figures in the repository.
-    Returns the labels of the runs copied."""
+    Logs already kept that went further than the run directory's stay as they are.
+    Returns the labels of the runs copied, and of those left alone for that reason."""
     import shutil
 
-    copied = []
+    copied, further = [], []
     for job in todo:
         source = job.run_dir(root)
         if not os.path.exists(os.path.join(source, "metrics.csv")):
             continue
         target = job.run_dir(into)
+        if trained_frames(target) > trained_frames(source):
+            further.append(job.label)
+            continue
         os.makedirs(target, exist_ok=True)
         for name in KEPT_FILES:
             if os.path.exists(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
         copied.append(job.label)
-    return copied
+    return copied, further
 
 
 def camel(game: str) -> str:
@@ -532,12 +545,16 @@ def main() -> int:
         return run_grid(args.root, todo, args.jobs, args.hours)
     if args.action == "list":
         for job in todo:
-            frames = trained_frames(job.run_dir(args.root))
-            print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames")
+            frames, here = progress(job, args.root), trained_frames(job.run_dir(args.root))
+            where = "" if frames == here else " (kept logs)"
+            print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames{where}")
         return 0
     if args.action == "keep":
-        for label in keep(args.root, todo):
+        copied, further = keep(args.root, todo)
+        for label in copied:
             print(f"suite: kept the logs of {label} in {os.path.relpath(KEPT)}")
+        for label in further:
+            print(f"suite: {label}: the kept logs went further than the run directory; kept")
         return 0
     entries = summarize(args.root)
     os.makedirs(args.out, exist_ok=True)

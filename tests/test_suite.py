@@ -82,7 +82,7 @@ def test_kept_logs_summarize_like_the_run_directories(tmp_path):
     write_run(f"{runs}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
     os.makedirs(f"{runs}/c51/breakout/seed0/checkpoints")
     (tmp_path / "runs/c51/breakout/seed0/checkpoints/ckpt-1.index").write_bytes(b"big")
-    assert suite.keep(runs, suite.jobs(), kept) == ["c51/breakout/seed0"]
+    assert suite.keep(runs, suite.jobs(), kept) == (["c51/breakout/seed0"], [])
     assert sorted(os.listdir(f"{kept}/c51/breakout/seed0")) == [
         "metrics.csv",
         "operative_config.gin",
@@ -92,3 +92,35 @@ def test_kept_logs_summarize_like_the_run_directories(tmp_path):
         for seed in entry["seeds"].values():
             seed.pop("run_dir")
     assert here == there
+
+
+def test_a_run_finished_in_the_kept_logs_is_neither_trained_again_nor_overwritten(tmp_path):
+    runs, kept = str(tmp_path / "runs"), str(tmp_path / "kept")
+    write_run(f"{kept}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
+    write_run(f"{runs}/c51/breakout/seed0", [(400_000, 1.0)])  # started again by mistake
+    write_run(f"{runs}/c51/qbert/seed0", [(400_000, 150.0)])
+    job, qbert = (j for j in suite.jobs({"c51"}, {"breakout", "qbert"}) if j.seed == 0)
+    assert suite.progress(job, runs, kept) == 10_000_000
+    assert suite.progress(job, runs, None) == 400_000
+    assert suite.keep(runs, [job, qbert], kept) == (["c51/qbert/seed0"], ["c51/breakout/seed0"])
+    assert suite.trained_frames(f"{kept}/c51/breakout/seed0") == 10_000_000
+    assert suite.trained_frames(f"{kept}/c51/qbert/seed0") == 400_000
+    # Only the unfinished job reaches bin/train; a finished one starts nothing.
+    started = []
+
+    class Process:
+        def __init__(self, command, **_):
+            started.append(command)
+            self.returncode = 0
+
+        def poll(self):
+            return 0
+
+    suite_process, suite.subprocess.Popen = suite.subprocess.Popen, Process
+    try:
+        assert suite.run_grid(runs, [job], 1, None, kept) == 0
+        assert started == []
+        assert suite.run_grid(runs, [qbert], 1, None, kept) == 0
+    finally:
+        suite.subprocess.Popen = suite_process
+    assert len(started) == 1 and any("qbert" in part for part in started[0])
