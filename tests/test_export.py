@@ -242,8 +242,9 @@ def test_mismatched_env_and_network_are_named(tmp_path):
     [
         AtariConfig(game="pong", max_agent_steps=70),  # x2 fast path; 30 no-ops drawn alike
         AtariConfig.nature(game="breakout", fire_on_reset=True, sticky_action_prob=0.25),
+        AtariConfig(game="air_raid", max_agent_steps=150),  # a 250-row screen
     ],
-    ids=["pong-104x80", "breakout-84x84-sticky-fire"],
+    ids=["pong-104x80", "breakout-84x84-sticky-fire", "air_raid-250-rows"],
 )
 def test_client_observations_equal_the_env_frame_by_frame(config):
     seed, steps = 5, 700

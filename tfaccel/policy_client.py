@@ -42,7 +42,6 @@ POLICY_FILE = "tfaccel_policy.json"
 FORMAT = "tfaccel_policy"
 FORMAT_VERSION = 1
 HEADS = ("logits", "q_values", "probabilities")
-SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
 PREPROCESSING_KEYS = (
     "game",
     "frame_skip",
@@ -293,12 +292,14 @@ class AtariGame:
         self.num_actions = len(self._actions)
         self._fire = ale_py.Action.FIRE in self._actions and settings["fire_on_reset"]
         self._rng = np.random.default_rng(seed)
-        self._screens = np.zeros((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8)
-        self._crop = slice(settings["crop_top"], SCREEN_HEIGHT - settings["crop_bottom"])
-        cropped_height = SCREEN_HEIGHT - settings["crop_top"] - settings["crop_bottom"]
+        rows, columns = (int(n) for n in ale.getScreenDims())  # [210, 160] for most games
+        self._check_size(settings, rows, columns)
+        self._screens = np.zeros((2, rows, columns), np.uint8)
+        self._crop = slice(settings["crop_top"], rows - settings["crop_bottom"])
+        cropped_height = rows - settings["crop_top"] - settings["crop_bottom"]
         height, width = settings["height"], settings["width"]
         self._rows = area_matrix(cropped_height, height)
-        self._cols = area_matrix(SCREEN_WIDTH, width).T.copy()
+        self._cols = area_matrix(columns, width).T.copy()
         self._stack = np.zeros((height, width, settings["stack"]), np.uint8)
         self.over, self.score, self.length = True, 0.0, 0
 
@@ -306,13 +307,15 @@ class AtariGame:
     def _check(settings: dict) -> None:
         if settings["game"] not in roms.get_all_rom_ids():
             raise ValueError(f"ale-py {ale_py.__version__} ships no ROM for {settings['game']!r}")
+        if not ale_py.ALEInterface.isSupportedROM(roms.get_rom_path(settings["game"])):
+            raise ValueError(  # loading it would end the process
+                f"ale-py {ale_py.__version__} ships a ROM for {settings['game']!r} that ALE "
+                "does not recognize"
+            )
         names = settings["action_names"]
         bad = [name for name in names if name not in ale_py.Action.__members__]
         if bad or not names:
             raise ValueError(f"unknown ALE actions {bad}; valid: {list(ale_py.Action.__members__)}")
-        cropped = SCREEN_HEIGHT - settings["crop_top"] - settings["crop_bottom"]
-        if not (0 < settings["height"] <= cropped and 0 < settings["width"] <= SCREEN_WIDTH):
-            raise ValueError(f"cannot resize {cropped}x{SCREEN_WIDTH} frames to the policy's size")
         if settings["frame_skip"] < (2 if settings["max_pool"] else 1):
             raise ValueError(f"frame_skip {settings['frame_skip']} is too small")
         if settings["noop_max"] < 0 or settings["max_agent_steps"] <= 0:
@@ -321,6 +324,12 @@ class AtariGame:
             raise ValueError(
                 f"sticky_action_prob must be in [0, 1], got {settings['sticky_action_prob']}"
             )
+
+    @staticmethod
+    def _check_size(settings: dict, rows: int, columns: int) -> None:
+        cropped = rows - settings["crop_top"] - settings["crop_bottom"]
+        if not (0 < settings["height"] <= cropped and 0 < settings["width"] <= columns):
+            raise ValueError(f"cannot resize {cropped}x{columns} frames to the policy's size")
 
     def reset(self) -> np.ndarray:
         """Starts a new game (no-ops, then FIRE where configured); returns [H, W, C] uint8."""
@@ -375,7 +384,8 @@ class AtariGame:
         return self._stack.copy()
 
     def screen_rgb(self) -> np.ndarray:
-        """The emulator's current screen, [210, 160, 3] uint8 RGB (for videos)."""
+        """The emulator's current screen, [rows, columns, 3] uint8 RGB, for videos ([210, 160, 3]
+        for most games)."""
         return self._ale.getScreenRGB()
 
 

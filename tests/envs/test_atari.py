@@ -1,6 +1,8 @@
 """The Atari env against a plain, slow reference on real ALE frames."""
 
 import re
+import subprocess
+import sys
 
 import ale_py
 import numpy as np
@@ -107,6 +109,52 @@ def test_preprocessing_matches_plain_reference_on_real_frames():
         rewards.append(reward)
     assert any(rewards), "300 random steps of Pong should score at least one point"
     assert result.observation.std() > 0
+
+
+@pytest.mark.parametrize("game, rows", [("adventure", 250), ("air_raid", 250), ("carnival", 214)])
+def test_games_with_taller_screens_are_cropped_and_resized_from_their_own(game, rows):
+    env = AtariConfig(game=game)(0)
+    assert env.screen_shape == (rows, 160)
+    assert AtariConfig(game=game).describe()["screen"] == [rows, 160]
+    first = env.reset().copy()
+    assert first.shape == (104, 80, 4) and first[..., -1].any()
+    # The last frame of the stack is the area resize of the whole cropped screen (rows 1 ..
+    # rows - 2), not of its first 208 rows.
+    screen = env._ale.getScreenGrayscale()[1 : rows - 1]
+    expected = Resizer(screen.shape, (104, 80))(screen)
+    np.testing.assert_array_equal(first[..., -1], expected)
+    for t in range(50):
+        env.step(t % env.spec.num_actions)
+
+
+def test_a_game_whose_rom_ale_would_exit_on_is_refused_with_one_line():
+    # ALE ends the whole process (exit 1, no exception) on a ROM it does not recognize: the
+    # name is refused before any emulator starts, in this process and in a pool's workers.
+    with pytest.raises(ValueError, match="'combat' that ALE does not recognize"):
+        AtariConfig(game="Combat")
+    assert "combat" not in game_names() and "pong" in game_names()
+
+
+def test_every_game_it_lists_loads():
+    # In a child process: a game that ALE refused would end it, not raise.
+    script = (
+        "import ale_py\n"
+        "from ale_py import roms\n"
+        "from tfaccel.envs.atari import game_names\n"
+        "ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)\n"
+        "for game in game_names():\n"
+        "    ale = ale_py.ALEInterface()\n"
+        "    ale.loadROM(roms.get_rom_path(game))\n"
+        "print(len(game_names()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert int(done.stdout.split()[-1]) == len(game_names()) > 50
+
+
+def test_a_crop_that_leaves_too_few_rows_of_the_games_screen_is_named():
+    with pytest.raises(ValueError, match=r"carnival's screen is 214x160: cropped by 100 \+ 100"):
+        AtariConfig(game="carnival", crop_top=100, crop_bottom=100)(0)
 
 
 def test_same_seed_same_trajectory_and_different_seed_differs():

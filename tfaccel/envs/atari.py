@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 
 import ale_py
@@ -25,12 +26,29 @@ from ale_py import roms
 from tfaccel.envs.frames import FrameStack, Resizer, scratch
 from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult, check_field_types
 
+# The screen of almost every game; a few are taller (Adventure and Air Raid 250 rows, Carnival
+# 214): `AtariEnv.screen_shape` is the game's own.
 SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160
 
 
-def game_names() -> list[str]:
-    """The games whose ROMs the installed ale-py ships, as snake_case ids (`space_invaders`)."""
-    return sorted(roms.get_all_rom_ids())
+@functools.cache
+def game_names() -> tuple[str, ...]:
+    """The games whose ROMs the installed ale-py ships and can load, as snake_case ids
+    (`space_invaders`)."""
+    return tuple(sorted(set(roms.get_all_rom_ids()) - set(unloadable_games())))
+
+
+@functools.cache
+def unloadable_games() -> tuple[str, ...]:
+    """Games whose shipped ROM ALE does not recognize (ale-py 0.12.1: Combat, Joust, Maze Craze
+    and Warlords): loading one makes ALE end the whole process, so they are refused first."""
+    return tuple(
+        sorted(
+            game
+            for game in roms.get_all_rom_ids()
+            if not ale_py.ALEInterface.isSupportedROM(roms.get_rom_path(game))
+        )
+    )
 
 
 def canonical_game(name: str) -> str:
@@ -44,6 +62,12 @@ def canonical_game(name: str) -> str:
     valid = game_names()
     if snake in valid:
         return snake
+    if snake in unloadable_games():
+        raise ValueError(
+            f"ale-py {ale_py.__version__} ships a ROM for {snake!r} that ALE does not recognize "
+            f"(its checksum), and loading it would end the process; {len(valid)} games load, "
+            "e.g. pong, breakout"
+        )
     squashed = {game.replace("_", ""): game for game in valid}
     if snake.replace("_", "") in squashed:
         return squashed[snake.replace("_", "")]
@@ -59,11 +83,11 @@ def canonical_game(name: str) -> str:
 # settings named here are the other entries of `preprocessing`.
 PIPELINE = {
     "grayscale": "ALE's getScreenGrayscale(): uint8 luminance of the emulator's palette, "
-    "screen [210, 160]",
+    "the game's screen (`screen`: [rows, columns], [210, 160] for most games)",
     "frame_skip": "each action is repeated for frame_skip emulator frames; the rewards add up",
     "max_pool": "if max_pool, the element-wise max of the screens after the last two frames of "
     "the skip; else the last screen; when the game ends inside the skip, its last screen alone",
-    "crop": "rows crop_top .. 210 - crop_bottom - 1 of the screen, all 160 columns",
+    "crop": "rows crop_top .. rows - crop_bottom - 1 of the screen, all its columns",
     "resize": "area average to height x width: an exact halving takes (a + b + c + d + 2) // 4 "
     "of each 2x2 block in integers; any other size averages the input area each output pixel "
     "covers (partly covered pixels weighted by their share) and rounds half up, floor(x + 0.5)",
@@ -129,7 +153,7 @@ class AtariConfig:
             self.crop_top < 0
             or self.crop_bottom < 0
             or self.crop_top + self.crop_bottom >= SCREEN_HEIGHT
-        ):
+        ):  # the game's own screen is checked when its env starts
             raise ValueError(f"crop rows must be >= 0 and leave some of the {SCREEN_HEIGHT} rows")
         if not 0.0 <= self.sticky_action_prob <= 1.0:
             raise ValueError(f"sticky_action_prob must be in [0, 1], got {self.sticky_action_prob}")
@@ -160,15 +184,33 @@ class AtariConfig:
         """Everything a client needs to reproduce the observations, for tfaccel_policy.json:
         the settings, the action names, and `pipeline`, the steps in words, for a client in
         another language."""
+        env = AtariEnv(self, seed=0)
         return dict(
             dataclasses.asdict(self),
-            action_names=AtariEnv(self, seed=0).action_names,
-            screen=[SCREEN_HEIGHT, SCREEN_WIDTH],
+            action_names=env.action_names,
+            screen=list(env.screen_shape),
             pipeline=PIPELINE,
         )
 
     def __call__(self, seed: int) -> AtariEnv:
         return AtariEnv(self, seed)
+
+
+def screen_shape(ale: ale_py.ALEInterface, config: AtariConfig) -> tuple[int, int]:
+    """The loaded game's screen, [rows, columns].
+
+    Raises:
+        ValueError: the config's crop leaves fewer rows than its height.
+    """
+    rows, columns = (int(n) for n in ale.getScreenDims())
+    cropped = rows - config.crop_top - config.crop_bottom
+    if not (0 < config.height <= cropped and 0 < config.width <= columns):
+        raise ValueError(
+            f"{config.game}'s screen is {rows}x{columns}: cropped by {config.crop_top} + "
+            f"{config.crop_bottom} rows it is {cropped}x{columns}, which cannot be resized to "
+            f"{config.height}x{config.width} (height and width must be 1..that size)"
+        )
+    return rows, columns
 
 
 class AtariEnv:
@@ -193,9 +235,10 @@ class AtariEnv:
         self._fire = ale_py.Action.FIRE if ale_py.Action.FIRE in self._actions else None
         self.spec = EnvSpec(config.observation_spec, len(self._actions))
         self._rng = np.random.default_rng(seed)
-        self._screens = scratch((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8, "atari-screens")
-        self._rows = slice(config.crop_top, SCREEN_HEIGHT - config.crop_bottom)
-        cropped = (SCREEN_HEIGHT - config.crop_top - config.crop_bottom, SCREEN_WIDTH)
+        self.screen_shape = rows, columns = screen_shape(ale, config)
+        self._screens = scratch((2, rows, columns), np.uint8, "atari-screens")
+        self._rows = slice(config.crop_top, rows - config.crop_bottom)
+        cropped = (rows - config.crop_top - config.crop_bottom, columns)
         self._resize = Resizer(cropped, (config.height, config.width))
         self._stack = FrameStack(config.height, config.width, config.stack)
         self._lives = 0
