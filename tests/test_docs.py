@@ -136,3 +136,23 @@ def test_every_test_the_troubleshooting_tables_cite_exists():
             assert re.search(rf"def {match.group(2)}{end}", source), (path, match.group(2))
             cited += 1
     assert cited >= 40, cited  # the tables were found and read
+
+
+def test_docs_policy_names_every_field_of_the_policy_file():
+    """A client written from docs/policy.md alone must find every field an export writes."""
+    import json
+
+    from tfaccel.envs.atari import AtariConfig
+
+    with open(os.path.join(ROOT, "docs", "policy.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    named = set(re.findall(r"`(\w+)`", page))
+    fields = set()
+    for policy in ("a2c_pong", "c51_pong"):
+        with open(os.path.join(ROOT, "pretrained", policy, "tfaccel_policy.json")) as handle:
+            metadata = json.load(handle)
+        fields |= set(metadata) | set(metadata["extra"]) | set(metadata["outputs"])
+        fields |= set(metadata["preprocessing"]) | set(metadata["preprocessing"]["pipeline"])
+    fields |= set(AtariConfig(game="pong").describe())  # what a new export writes
+    fields -= named
+    assert not fields, f"docs/policy.md does not name {sorted(fields)}"
