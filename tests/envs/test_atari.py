@@ -152,6 +152,21 @@ def test_every_game_it_lists_loads():
     assert int(done.stdout.split()[-1]) == len(game_names()) > 50
 
 
+@pytest.mark.full  # ~1 minute: make test-all
+def test_every_game_plays_with_the_default_preprocessing():
+    rng = np.random.default_rng(0)
+    for game in game_names():
+        env = AtariConfig(game=game, noop_max=3)(0)
+        observation = env.reset()
+        for _ in range(60):
+            result = env.step(int(rng.integers(env.spec.num_actions)))
+            observation = result.observation
+            if result.terminated or result.truncated:
+                observation = env.reset()
+        assert observation.shape == (104, 80, 4) and observation.dtype == np.uint8, game
+        env.close()
+
+
 def test_a_crop_that_leaves_too_few_rows_of_the_games_screen_is_named():
     with pytest.raises(ValueError, match=r"carnival's screen is 214x160: cropped by 100 \+ 100"):
         AtariConfig(game="carnival", crop_top=100, crop_bottom=100)(0)
