@@ -449,6 +449,24 @@ COLORS = {
 }
 
 
+def seed_band(curves: list, points: int = 200) -> tuple:
+    """The mean, low and high of seeds' curves ([(frames, score), ...] each) on `points` frames
+    from the first to the last any seed reached; each point is over the seeds that reached it,
+    so a seed still short of the others does not cut their curve.
+
+    >>> grid, mean, low, high = seed_band([[(0, 0.0), (10, 10.0)], [(0, 2.0), (5, 2.0)]], 3)
+    >>> grid.tolist(), mean.tolist(), low.tolist(), high.tolist()
+    ([0.0, 5.0, 10.0], [1.0, 3.5, 10.0], [0.0, 2.0, 10.0], [2.0, 5.0, 10.0])
+    """
+    import numpy as np
+
+    ends = np.array([curve[-1][0] for curve in curves], float)
+    grid = np.linspace(min(curve[0][0] for curve in curves), ends.max(), points)
+    ys = np.stack([np.interp(grid, *np.array(curve, float).T) for curve in curves])
+    ys[grid[None, :] > ends[:, None]] = np.nan  # [seeds, points]
+    return grid, np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+
+
 def draw(entries: list[dict], path: str) -> None:
     """A panel per game: each entry's mean score over seeds against frames, its range shaded,
     and its reference (a curve, or a point with its range at the reference's frames)."""
@@ -464,12 +482,10 @@ def draw(entries: list[dict], path: str) -> None:
             color = COLORS.get(entry["entry"], "black")
             curves = [seed["curve"] for seed in entry["seeds"].values() if seed["curve"]]
             if curves:
-                end = min(curve[-1][0] for curve in curves)
-                grid = np.linspace(max(curve[0][0] for curve in curves), end, 200)
-                ys = np.stack([np.interp(grid, *np.array(curve).T) for curve in curves])
+                grid, mean, low, high = seed_band(curves)
                 label = f"{entry['entry']} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
-                axis.plot(grid / 1e6, ys.mean(0), color=color, label=label)
-                axis.fill_between(grid / 1e6, ys.min(0), ys.max(0), color=color, alpha=0.2)
+                axis.plot(grid / 1e6, mean, color=color, label=label)
+                axis.fill_between(grid / 1e6, low, high, color=color, alpha=0.2)
             reference = entry["reference"]
             if reference and "curve" in reference:
                 x, mean, low, high = np.array(reference["curve"]).T

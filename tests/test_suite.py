@@ -124,3 +124,12 @@ def test_a_run_finished_in_the_kept_logs_is_neither_trained_again_nor_overwritte
     finally:
         suite.subprocess.Popen = suite_process
     assert len(started) == 1 and any("qbert" in part for part in started[0])
+
+
+def test_a_seed_short_of_the_others_does_not_cut_their_curve():
+    finished = [(0, -21.0), (20_000_000, 18.0), (40_000_000, 20.0)]
+    started = [(0, -21.0), (600_000, -20.0)]
+    grid, mean, low, high = suite.seed_band([finished, started], points=5)
+    assert grid[-1] == 40_000_000  # not 600k
+    assert mean[-1] == low[-1] == high[-1] == 20.0  # the finished seed alone there
+    assert low[0] == high[0] == mean[0] == -21.0
