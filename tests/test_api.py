@@ -39,8 +39,9 @@ def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
     assert loaded(np.zeros([1, 104, 80, 4], np.uint8))["logits"].shape == (1, 6)
     scores = a2c.evaluate(episodes=1, max_agent_steps=30)
     assert scores["lengths"] == [30] and scores["epsilon"] == 0.001
-    with pytest.raises(ValueError, match="no finished games yet"):  # 2,000 frames of Pong
-        a2c.plot(str(tmp_path / "curves.png"))
+    # 2,000 frames of Pong end no game: the README's run.plot still draws (empty axes, a note).
+    assert a2c.plot(str(tmp_path / "curves.png")) == str(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "a2c"))  # already done
     assert again.summary["env_frames"] == a2c.summary["env_frames"]
 
@@ -51,7 +52,13 @@ def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
         tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "x"), total_frame=10)
     with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found"):
         tfaccel.train("nope.gin", str(tmp_path / "y"))
-    run = tfaccel.train(["catch_a2c.gin", "smoke.gin"], str(tmp_path / "z"))  # gin is usable
+    with pytest.raises(ValueError, match=r"start the config list with an algorithm's config, "
+                       r"e.g. categorical_dqn.gin; configs: a2c.gin"):  # fmt: skip
+        tfaccel.train("smoke.gin", str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()
+    run = tfaccel.train(["catch_a2c.gin", "smoke.gin"], str(tmp_path / "z"),  # gin is usable
+                        "RunConfig.seed = 3")  # one binding as a string  # fmt: skip
     assert run.summary["env_frames"] >= 2_000
+    assert "RunConfig.seed = 3" in open(tmp_path / "z" / "operative_config.gin").read()
     out = run.plot(str(tmp_path / "curves.png"))
     assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

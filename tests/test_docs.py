@@ -156,3 +156,31 @@ def test_docs_policy_names_every_field_of_the_policy_file():
     fields |= set(AtariConfig(game="pong").describe())  # what a new export writes
     fields -= named
     assert not fields, f"docs/policy.md does not name {sorted(fields)}"
+
+
+def test_docs_policy_resize_gives_tfaccels_frames_number_for_number():
+    """docs/policy.md said "in floating point, rounds half up floor(x + 0.5)", but tfaccel
+    rounded a float32 product that lands below an exact half at some pixels (Breakout at 84x84:
+    a mean of 60.5 became 60), so a client written from the page did not match. Its Python
+    resize, run as written, must give tfaccel's frames and the client's."""
+    import textwrap
+
+    import numpy as np
+
+    from tfaccel import policy_client
+    from tfaccel.envs.frames import Resizer
+
+    with open(os.path.join(ROOT, "docs", "policy.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    blocks = re.findall(r"^( *)```python\n(.*?)^\1```", page, re.MULTILINE | re.DOTALL)
+    (code,) = [textwrap.dedent(body) for _, body in blocks if "def resize(" in body]
+    namespace = {}
+    exec(code, namespace)  # noqa: S102
+    rng = np.random.default_rng(0)
+    for in_shape, out_shape in (((210, 160), (84, 84)), ((208, 160), (104, 80)), ((9, 7), (4, 3))):
+        frame = rng.integers(0, 256, in_shape, dtype=np.uint8)
+        from_page = np.array(namespace["resize"](frame.tolist(), *out_shape))
+        np.testing.assert_array_equal(Resizer(in_shape, out_shape)(frame), from_page)
+        rows = policy_client.area_weights(in_shape[0], out_shape[0])
+        cols = policy_client.area_weights(in_shape[1], out_shape[1]).T
+        np.testing.assert_array_equal(policy_client.resize(frame, rows, cols), from_page)

@@ -103,3 +103,10 @@ def test_a_renamed_or_mistyped_shared_setting_is_one_line(binding, message):
             gin_configs.parse(["dqn.gin"], [binding])
     finally:
         gin.clear_config()
+
+
+def test_an_unquoted_string_says_how_values_are_written():
+    with pytest.raises(SyntaxError, match=re.escape(
+        "the value 'pong' is not a Python literal: strings need quotes (AtariConfig.game = 'pong')"
+    )):  # fmt: skip
+        gin_configs.parse(["a2c.gin"], ["AtariConfig.game = pong"])

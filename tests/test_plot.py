@@ -63,8 +63,13 @@ def test_bin_plot_writes_a_png_and_names_bad_directories(tmp_path):
         [sys.executable, "bin/plot", f"--run_dir={run}", f"--out={tmp_path}/no/curves.png"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert unwritable.returncode != 0 and "Traceback" not in unwritable.stderr
-    assert "No such file or directory" in unwritable.stderr.strip().splitlines()[-1]
+    assert unwritable.returncode == 1 and unwritable.stdout == ""
+    assert unwritable.stderr.splitlines() == [  # it ended with [Errno 2] No such file or ...
+        f"error: cannot write out={tmp_path}/no/curves.png: the directory {tmp_path}/no does "
+        "not exist"
+    ]
+    with pytest.raises(ValueError, match="out must be a file name, got .*, which is a directory"):
+        plot.plot([run], str(tmp_path))
 
 
 def test_a_run_without_finished_games_is_named(tmp_path):
@@ -85,10 +90,55 @@ def test_plot_leaves_out_a_run_without_finished_games_and_says_so(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"warning: left out: {fresh}/metrics.csv has no finished games yet" in done.stderr
     assert "played: 0.0M frames, final 3.0" in done.stdout and out.exists()
+
+
+def test_plot_of_runs_without_any_finished_game_draws_the_axes_and_warns_once(tmp_path):
+    """It ended with `error: nothing to plot` after every smoke run, whose end prints a
+    tfaccel-plot command (and the README's run.plot)."""
+    fresh = make_run(tmp_path / "fresh", ["nan", "nan"])
+    other = make_run(tmp_path / "other", ["nan"], config="train.learning_rate = 0.1")
+    out = tmp_path / "curves.png"
+    done = subprocess.run(
+        [sys.executable, "bin/plot", f"--run_dir={fresh}", f"--run_dir={other}", f"--out={out}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        f"warning: no finished game yet in fresh (2,000 frames), other (1,000 frames): {out} "
+        "shows empty axes; plot again once a game has ended"
+    ]
+    assert done.stdout == f"wrote {out}\n"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = []
-    with pytest.raises(ValueError, match="nothing to plot: .*fresh/metrics.csv has no finished"):
-        plot.plot([fresh], str(out), warn=lines.append)
-    assert len(lines) == 1
+    assert plot.plot([fresh], str(tmp_path / "api.png"), warn=lines.append) == []
+    assert len(lines) == 1 and (tmp_path / "api.png").exists()
+
+
+def test_the_empty_figure_has_the_usual_axes_and_a_note_naming_the_runs(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    fresh = make_run(tmp_path / "fresh", ["nan"])
+    saved = []
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda figure, *a, **k: saved.append(figure)
+    )
+    plot.plot([fresh], str(tmp_path / "curves.png"), warn=lambda line: None)
+    (figure,) = saved
+    for axes, xlabel in zip(
+        figure.axes, ["env frames (millions)", "wall time (minutes)"], strict=True
+    ):
+        assert axes.get_xlabel() == xlabel
+        assert axes.get_ylabel() == "raw score (mean of the last 20 games)"
+        assert [text.get_text() for text in axes.texts] == [
+            "no finished game yet in fresh (1,000 frames)"
+        ]
+        assert axes.texts[0].get_position() == (0.5, 0.5) and not axes.lines
+
+
+def test_runs_of_which_none_is_a_run_directory_are_still_an_error(tmp_path):
+    with pytest.raises(ValueError, match="nothing to plot: .* is not a run directory"):
+        plot.plot([str(tmp_path)], str(tmp_path / "curves.png"), warn=lambda line: None)
+    assert not (tmp_path / "curves.png").exists()
 
 
 def test_every_command_lists_its_flags_on_help_and_exits_0():
@@ -97,6 +147,7 @@ def test_every_command_lists_its_flags_on_help_and_exits_0():
         ("eval", ["--policy_dir", "--episodes", "--gif", "--epsilon"]),
         ("plot", ["--run_dir", "--out", "--target"]),
         ("bench_sampler", ["--game", "--seconds", "--json", "--plot"]),
+        ("pool_demo", ["--game", "--seconds", "--workers", "--envs_per_worker"]),  # it exited 1
     ):
         done = subprocess.run(
             [sys.executable, f"bin/{command}", "--help"],

@@ -119,6 +119,24 @@ def test_a_run_directory_that_cannot_be_written_is_one_line(tmp_path, monkeypatc
         run_dir.take_lock(str(tmp_path))
 
 
+def test_a_root_dir_that_is_empty_a_file_or_not_creatable_is_named(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="--root_dir is empty"):
+        run_dir.make_run_dir("")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"afile is a file, not a directory"):
+        run_dir.make_run_dir(str(tmp_path / "afile"))
+    with pytest.raises(ValueError, match=r"afile/run .*\(Not a directory\)"):
+        run_dir.make_run_dir(str(tmp_path / "afile" / "run"))
+
+    def refused(path, *args, **kwargs):  # a read-only mount answers so
+        raise OSError(30, "Read-only file system", path)
+
+    monkeypatch.setattr(os, "mkdir", refused)
+    with pytest.raises(ValueError, match=r"cannot write to the run directory .*Read-only"):
+        run_dir.make_run_dir(str(tmp_path / "new" / "run"))
+    run_dir.make_run_dir(str(tmp_path))  # an existing directory is fine
+
+
 def test_only_a_run_directory_with_nothing_trained_is_removed(tmp_path):
     empty = tmp_path / "empty"
     (empty / "tb").mkdir(parents=True)

@@ -90,3 +90,34 @@ def test_a_pool_larger_than_the_memory_available_is_one_line():
         "available: use fewer workers (PoolConfig.num_workers)"
     )):  # fmt: skip
         runner.check_pool_memory(2000, 64, available=8 * 2**30)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(total_frames=0), "RunConfig.total_frames must be a positive number of env frames, got 0"),
+        (dict(total_frames=-5), "RunConfig.total_frames must be a positive number of env frames, got -5"),
+        (dict(checkpoint_interval_frames=0), "RunConfig.checkpoint_interval_frames must be a positive"),
+        (dict(log_interval_frames=-1), "RunConfig.log_interval_frames must be a positive"),
+        (dict(eval_episodes=-1), "RunConfig.eval_episodes must be 0 or more, got -1"),
+    ],
+)  # fmt: skip
+def test_run_settings_out_of_range_are_named(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        runner.RunConfig(**settings)
+
+
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        (dict(envs_per_worker=3), "PoolConfig.envs_per_worker (3) must split evenly into "
+                                  "PoolConfig.num_groups (2) groups: give a multiple of 2"),
+        (dict(num_workers=-1), "PoolConfig.num_workers (-1) must be 0 or more"),
+        (dict(envs_per_worker=0), "PoolConfig.envs_per_worker (0) 1 or more"),
+        (dict(num_groups=3, envs_per_worker=6), "PoolConfig.num_groups must be 1 or 2, got 3"),
+    ],
+)  # fmt: skip
+def test_pool_layouts_that_cannot_be_made_name_the_binding(layout, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        runner.PoolConfig(**layout)
+    assert runner.PoolConfig(num_workers=0, envs_per_worker=3, num_groups=1).group_size == 3

@@ -97,7 +97,8 @@ def train(
     Args:
         config: a gin config or a list of them (bare names are tfaccel's, e.g. `"a2c.gin"`).
         root_dir: the run directory.
-        bindings: gin bindings, e.g. `["AtariConfig.game = 'breakout'"]`.
+        bindings: gin bindings, e.g. `["AtariConfig.game = 'breakout'"]` (one may be given as
+            a string).
         **overrides: settings bound after the configs and bindings, by their bare names:
             those of `RunConfig` (`total_frames=2_000`, `seed=1`, ...), of `PoolConfig`
             (`num_workers=0`, `envs_per_worker=4`, ...), or else of the config's trainer
@@ -115,6 +116,7 @@ def train(
         from tfaccel import gin_configs, trainers
 
     files = [config] if isinstance(config, str) else list(config)
+    bindings = [bindings] if isinstance(bindings, str) else list(bindings)
     try:
         with gin.unlock_config():  # a parse locks gin; the next call unlocks it here
             gin.clear_config()
@@ -124,6 +126,8 @@ def train(
                 gin.clear_config()
                 gin_configs.parse(files, [*bindings, *extra])
         summary = trainers.run(root_dir)
+    except RuntimeError as error:  # gin: no algorithm config gave the trainer its env and loss
+        raise (gin_configs.no_algorithm(error, "config list") or error) from None
     finally:
         with gin.unlock_config():
             gin.clear_config()

@@ -90,6 +90,7 @@ class Checkpointer:
                 logging.warning("%s: restored partially: %s", path, _first_line(error))
             return path
         if self.skipped:
+            _silence_unrestored_warnings()  # the failed attempts' objects, at their deletion
             names = ", ".join(os.path.basename(path) for path, _ in self.skipped)
             raise ValueError(
                 f"no checkpoint in {self.directory} can be restored ({names}; the newest: "
@@ -164,6 +165,23 @@ def _found(directory: str) -> list[str]:
         if match:
             numbers.append(int(match.group(1)))
     return [os.path.join(directory, f"ckpt-{n}") for n in sorted(numbers)]
+
+
+class _UnrestoredFilter:
+    """Drops TensorFlow's warnings about a checkpoint object deleted with unrestored values (a
+    screenful per failed attempt, after the one-line error that says why)."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        message = record.getMessage()
+        return not (
+            "being deleted with unrestored values" in message
+            or "Value in checkpoint could not be found" in message
+        )
+
+
+def _silence_unrestored_warnings() -> None:
+    tf.get_logger().addFilter(_UnrestoredFilter)
 
 
 def _first_line(error: BaseException) -> str:

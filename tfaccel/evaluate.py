@@ -9,13 +9,29 @@ training env's, as the json records them) unless given here.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from PIL import Image  # Pillow comes with matplotlib
 
 from tfaccel import policy_client
+
+
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C during `evaluate`: still a KeyboardInterrupt, with the summary of the games that
+    had ended before it.
+
+    Attributes:
+        result: what `evaluate` returns, of the finished games alone and with `stopped_by`
+            `SIGINT` (None: no game had ended).
+        games: how many games had ended.
+    """
+
+    def __init__(self, result: dict | None, games: int):
+        super().__init__(f"stopped after {games} games")
+        self.result, self.games = result, games
 
 
 def evaluate(
@@ -62,8 +78,11 @@ def evaluate(
 
     Raises:
         ValueError: a setting is out of range, the policy directory is missing or not a tfaccel
-            Atari policy, `sample` on a policy without logits, a video's directory does not
-            exist, or `mp4` without imageio-ffmpeg.
+            Atari policy, `sample` on a policy without logits, a video's path does not end in
+            `.gif` (`.mp4`), is a directory or is in a directory that does not exist, or `mp4`
+            without imageio-ffmpeg. All before any game is played.
+        Interrupted: a Ctrl-C; it carries the summary of the games that had ended. A video is
+            written whole or not at all.
     """
     _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed)
     _check_videos(gif, gif_every, mp4)
@@ -81,19 +100,40 @@ def evaluate(
     given = dict(
         sticky_action_prob=sticky_action_prob, noop_max=noop_max, max_agent_steps=max_agent_steps
     )
-    records = policy_client.play_games(
-        policy,
-        preprocessing,
-        episodes,
-        seed=seed,
-        epsilon=epsilon,
-        sample=sample,
-        record_every=record_every,
-        on_game=on_game,
-        **{name: value for name, value in given.items() if value is not None},
-    )
-    result = _summary(records, policy_dir, preprocessing, sample, epsilon, max_agent_steps)
-    screens = records[0].frames
+    ended = []  # (score, length) of each game as it ends, for a summary after a Ctrl-C
+
+    def game_ended(index: int, score: float, length: int) -> None:
+        ended.append(policy_client.GameRecord(score, length, []))
+        if on_game is not None:
+            on_game(index, score, length)
+
+    summary = dict(
+        policy_dir=policy_dir, preprocessing=preprocessing, sample=sample, epsilon=epsilon,
+        max_agent_steps=max_agent_steps,
+    )  # fmt: skip
+    try:
+        records = policy_client.play_games(
+            policy,
+            preprocessing,
+            episodes,
+            seed=seed,
+            epsilon=epsilon,
+            sample=sample,
+            record_every=record_every,
+            on_game=game_ended,
+            **{name: value for name, value in given.items() if value is not None},
+        )
+        result = _summary(records, **summary)
+        _write_videos(result, records[0].frames, preprocessing, gif, gif_every, mp4, record_every)
+    except KeyboardInterrupt:
+        partial = (_summary(ended, **summary) | dict(stopped_by="SIGINT")) if ended else None
+        raise Interrupted(partial, len(ended)) from None
+    return result
+
+
+def _write_videos(result, screens, preprocessing, gif, gif_every, mp4, record_every) -> None:
+    """Writes the first game's `screens` as the GIF and the MP4 asked for, and adds where to
+    `result`."""
     if gif:
         frames = screens[:: gif_every // record_every]
         frame_ms = gif_frame_ms(gif_every, preprocessing["frame_skip"])
@@ -103,18 +143,58 @@ def evaluate(
         fps = 60 / preprocessing["frame_skip"]
         write_mp4(screens, mp4, fps)
         result["mp4"] = dict(path=os.path.abspath(mp4), frames=len(screens), fps=fps)
-    return result
 
 
 def _check_videos(gif: str | None, gif_every: int, mp4: str | None) -> None:
     """Raises a ValueError for a video that could not be written, before any game is played."""
     if gif_every < 1:
         raise ValueError(f"gif_every must be >= 1, got {gif_every}")
-    for kind, path in (("GIF", gif), ("MP4", mp4)):
-        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"cannot write the {kind} {path}: its directory does not exist")
+    for name, path in (("gif", gif), ("mp4", mp4)):
+        if path is not None:
+            check_output_file(path, name, f".{name}")
     if mp4 is not None:
         _ffmpeg()  # missing: say so before playing
+
+
+def check_output_file(path: str, name: str, suffix: str | None = None) -> None:
+    """Raises a one-line ValueError for a file that cannot be written at `path`, to be called
+    before the work that makes it (the games of `evaluate`, the figure of `tfaccel.plot.plot`).
+
+    Args:
+        path: where the file goes.
+        name: the setting (and flag) that gave `path`, named in the message: `gif`, `out`, ...
+        suffix: the ending `path` must have (`.gif`), lower or upper case; None: any.
+
+    Raises:
+        ValueError: `path` does not end in `suffix`, is a directory, or its directory does not
+            exist, e.g. `gif must be a file name ending in .gif, got 'out.png'` or `cannot write
+            out=/tmp/nope/p.png: the directory /tmp/nope does not exist`.
+    """
+    wanted = f"a file name ending in {suffix}" if suffix else "a file name"
+    if os.path.isdir(path) or path.endswith((os.sep, "/")):
+        raise ValueError(f"{name} must be {wanted}, got {path!r}, which is a directory")
+    if suffix and not path.lower().endswith(suffix.lower()):
+        raise ValueError(f"{name} must be {wanted}, got {path!r}")
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory or os.curdir):
+        raise ValueError(f"cannot write {name}={path}: the directory {directory} does not exist")
+
+
+@contextlib.contextmanager
+def _written_whole(path: str) -> Iterator[str]:
+    """Yields a temporary path beside `path` (with its ending) to write to; moves it to `path`
+    when the block ends normally and removes it otherwise: a failed or interrupted write leaves
+    no partial file (and an older `path` as it was)."""
+    directory, base = os.path.split(os.path.abspath(path))
+    stem, ending = os.path.splitext(base)
+    temporary = os.path.join(directory, f".{stem}.{os.getpid()}.partial{ending}")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
 
 
 def _summary(records, policy_dir, preprocessing, sample, epsilon, max_agent_steps) -> dict:
@@ -178,7 +258,10 @@ def write_gif(frames: Sequence[np.ndarray], path: str, frame_ms: int) -> None:
     them), so the file may hold fewer frames than given but always lasts len(frames) * frame_ms.
     """
     images = [Image.fromarray(np.asarray(frame, np.uint8)) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=frame_ms, loop=0)
+    with _written_whole(path) as partial:
+        images[0].save(
+            partial, "GIF", save_all=True, append_images=images[1:], duration=frame_ms, loop=0
+        )
 
 
 def _ffmpeg():
@@ -194,16 +277,17 @@ def _ffmpeg():
 
 def write_mp4(frames: Sequence[np.ndarray], path: str, fps: float, scale: int = 2) -> None:
     """Writes RGB frames [H, W, 3] uint8 as an H.264 MP4 (yuv420p, plays in browsers and
-    notebooks) at `fps`, each pixel shown as a `scale` × `scale` block."""
+    notebooks) at `fps`, each pixel shown as a `scale` × `scale` block; whole or not at all."""
     height, width = frames[0].shape[:2]
-    writer = _ffmpeg().write_frames(
-        path, (width * scale, height * scale), fps=fps, codec="libx264",
-        pix_fmt_out="yuv420p", macro_block_size=1, quality=8,
-    )  # fmt: skip
-    writer.send(None)  # starts ffmpeg
-    try:
-        for frame in frames:
-            big = np.repeat(np.repeat(np.asarray(frame, np.uint8), scale, 0), scale, 1)
-            writer.send(np.ascontiguousarray(big))
-    finally:
-        writer.close()
+    with _written_whole(path) as partial:
+        writer = _ffmpeg().write_frames(
+            partial, (width * scale, height * scale), fps=fps, codec="libx264",
+            pix_fmt_out="yuv420p", macro_block_size=1, quality=8,
+        )  # fmt: skip
+        writer.send(None)  # starts ffmpeg
+        try:
+            for frame in frames:
+                big = np.repeat(np.repeat(np.asarray(frame, np.uint8), scale, 0), scale, 1)
+                writer.send(np.ascontiguousarray(big))
+        finally:
+            writer.close()

@@ -29,11 +29,25 @@ class Run:
     config_key: str  # operative config without seeds (runs alike up to the seed share it)
 
 
+class NoFinishedGame(ValueError):
+    """A run directory whose metrics.csv has no scored row yet: no game has ended in it (every
+    smoke run's case).
+
+    Attributes:
+        runs: (directory name, env frames trained) of each such run.
+    """
+
+    def __init__(self, message: str, runs: list[tuple[str, int]]):
+        super().__init__(message)
+        self.runs = runs
+
+
 def load_run(run_dir: str) -> Run:
     """Reads `metrics.csv` (and `operative_config.gin`) of a run directory.
 
     Raises:
-        ValueError: the directory has no metrics.csv, or it has no scored row yet.
+        ValueError: the directory has no metrics.csv.
+        NoFinishedGame: it has no scored row yet.
     """
     path = os.path.join(run_dir, "metrics.csv")
     if not os.path.exists(path):
@@ -42,12 +56,14 @@ def load_run(run_dir: str) -> Run:
         rows = list(csv.DictReader(handle))
     scored = [row for row in rows if row.get("episode_return_raw_mean") not in ("", "nan", None)]
     scored = [row for row in scored if not math.isnan(float(row["episode_return_raw_mean"]))]
+    name = os.path.basename(os.path.normpath(run_dir))
     if not scored:
-        raise ValueError(f"{path} has no finished games yet")
+        frames = int(float(rows[-1]["env_frames"])) if rows else 0
+        raise NoFinishedGame(f"{path} has no finished games yet", [(name, frames)])
     config_path = os.path.join(run_dir, "operative_config.gin")
     config = open(config_path).read() if os.path.exists(config_path) else run_dir
     return Run(
-        name=os.path.basename(os.path.normpath(run_dir)),
+        name=name,
         frames=np.array([float(row["env_frames"]) for row in scored]),
         wall_s=np.array([float(row["wall_s"]) for row in scored]),
         score=np.array([float(row["episode_return_raw_mean"]) for row in scored]),
@@ -105,20 +121,30 @@ def _common_name(names: list[str]) -> str:
 
 def load_runs(run_dirs: list[str], warn=print) -> list[Run]:
     """The runs of `run_dirs` that have a finished game; each other one is left out with a
-    `warn(...)` line that says why.
+    `warn(...)` line that says why, unless no run has a finished game (see Raises).
 
     Raises:
-        ValueError: none of them has a finished game (or is a run directory).
+        NoFinishedGame: none has a finished game, and some are run directories: its message
+            names them (`no finished game yet in NAME (N frames), ...`); the others were warned
+            about.
+        ValueError: none of them is a run directory.
     """
-    runs, reasons = [], []
+    runs, left_out = [], []
     for run_dir in run_dirs:
         try:
             runs.append(load_run(run_dir))
         except ValueError as error:
-            reasons.append(str(error))
+            left_out.append(error)
+    fresh = [error for error in left_out if isinstance(error, NoFinishedGame)]
+    for error in left_out:
+        if runs or not isinstance(error, NoFinishedGame):
             warn(f"warning: left out: {error}")
+    if not runs and fresh:
+        counts = [count for error in fresh for count in error.runs]
+        names = ", ".join(f"{name} ({frames:,} frames)" for name, frames in counts)
+        raise NoFinishedGame(f"no finished game yet in {names}", counts)
     if not runs:
-        raise ValueError(f"nothing to plot: {'; '.join(reasons)}")
+        raise ValueError(f"nothing to plot: {'; '.join(str(error) for error in left_out)}")
     return runs
 
 
@@ -132,18 +158,29 @@ def plot(
     """Writes a PNG with score against frames (left) and against wall time (right) of the runs
     with a finished game (`load_runs`: the others are left out with a warning).
 
+    When no run has a finished game yet (a smoke run's 2,000 frames of Pong), the figure has its
+    axes and, in each panel, a note naming the runs; one `warn(...)` line says so.
+
     Returns:
-        The curves of the frames panel (for tests and captions).
+        The curves of the frames panel (for tests and captions); none without a finished game.
 
     Raises:
-        ValueError: no run has a finished game.
+        ValueError: `out` cannot be written (a directory, a missing directory), or no run
+            directory is given (a directory without metrics.csv), both before any drawing.
     """
+    from tfaccel.evaluate import check_output_file
+
+    check_output_file(out, "out")
+    try:
+        runs, empty = load_runs(run_dirs, warn), None
+    except NoFinishedGame as error:
+        runs, empty = [], str(error)
+        warn(f"warning: {empty}: {out} shows empty axes; plot again once a game has ended")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = load_runs(run_dirs, warn)
     figure, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
     panels = ((by_frames, "frames", 1e6, "env frames (millions)"),)
     panels += ((by_time, "wall_s", 60.0, "wall time (minutes)"),)
@@ -159,10 +196,14 @@ def plot(
                 frame_curves.append(curve)
         if target is not None:
             axes.axhline(target, color="gray", linestyle="--", linewidth=1, label="target")
+        if empty is not None:
+            axes.text(0.5, 0.5, empty, transform=axes.transAxes, ha="center", va="center",
+                      wrap=True, color="gray")  # fmt: skip
         axes.set_xlabel(xlabel)
         axes.set_ylabel("raw score (mean of the last 20 games)")
         axes.grid(alpha=0.3)
-    by_frames.legend(loc="lower right", fontsize="small")
+    if frame_curves or target is not None:
+        by_frames.legend(loc="lower right", fontsize="small")
     if title:
         figure.suptitle(title)
     figure.tight_layout()

@@ -220,21 +220,28 @@ def load_policy(policy_dir: str) -> tuple[Policy, dict]:
     return Policy(model, signature, metadata), metadata
 
 
-def area_matrix(n_in: int, n_out: int) -> np.ndarray:
-    """Weights [n_out, n_in] that average each output cell over the input span it covers."""
-    scale = n_in / n_out
-    weights = np.zeros((n_out, n_in), np.float64)
+def area_weights(n_in: int, n_out: int) -> np.ndarray:
+    """Integer weights [n_out, n_in]: how much of input cell j output cell i covers.
+
+    On a grid of n_in * n_out units, output cell i spans [i * n_in, (i + 1) * n_in) and input
+    cell j spans [j * n_out, (j + 1) * n_out); the weight is the length of their overlap, so each
+    row adds up to n_in. Example: `area_weights(3, 2)` is `[[2, 1, 0], [0, 1, 2]]`.
+    """
+    weights = np.zeros((n_out, n_in), np.int64)
     for i in range(n_out):
-        lo, hi = i * scale, (i + 1) * scale
-        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
-            weights[i, j] = (min(hi, j + 1) - max(lo, j)) / scale
-    return weights.astype(np.float32)
+        lo, hi = i * n_in, (i + 1) * n_in
+        for j in range(lo // n_out, min(-(-hi // n_out), n_in)):
+            weights[i, j] = min(hi, (j + 1) * n_out) - max(lo, j * n_out)
+    return weights
 
 
 def resize(frame: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Area resize of a [h, w] uint8 frame by `rows` [H, h] and `cols` [w, W], halves rounded up.
+    """Area resize of a [h, w] uint8 frame by `rows` = `area_weights(h, H)` and `cols` =
+    `area_weights(w, W).T`: the exact mean of each output pixel's area, halves rounded up.
 
-    An exact x2 reduction sums 2x2 blocks in integers: (a + b + c + d + 2) // 4.
+    Each pixel is (2 * t + h * w) // (2 * h * w), t = (rows @ frame @ cols)[i, l], a whole number
+    of at most 255 * h * w that float64 holds exactly in any order of addition. An exact x2
+    reduction is the same as summing 2x2 blocks in integers: (a + b + c + d + 2) // 4.
     """
     (height, h), (w, width) = rows.shape, cols.shape
     if (h, w) == (height, width):
@@ -243,8 +250,9 @@ def resize(frame: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         pairs = frame[0::2].astype(np.uint16) + frame[1::2]  # [H, w]
         blocks = pairs[:, 0::2] + pairs[:, 1::2]  # [H, W]
         return ((blocks + 2) >> 2).astype(np.uint8)
-    resized = rows @ frame.astype(np.float32) @ cols  # [H, W]
-    return np.floor(resized + 0.5).astype(np.uint8)
+    rows, cols = np.asarray(rows, np.float64), np.asarray(cols, np.float64)
+    sums = (rows @ frame.astype(np.float64) @ cols).astype(np.int64)
+    return ((2 * sums + h * w) // (2 * h * w)).astype(np.uint8)  # [H, W]
 
 
 class AtariGame:
@@ -298,8 +306,8 @@ class AtariGame:
         self._crop = slice(settings["crop_top"], rows - settings["crop_bottom"])
         cropped_height = rows - settings["crop_top"] - settings["crop_bottom"]
         height, width = settings["height"], settings["width"]
-        self._rows = area_matrix(cropped_height, height)
-        self._cols = area_matrix(columns, width).T.copy()
+        self._rows = area_weights(cropped_height, height).astype(np.float64)
+        self._cols = area_weights(columns, width).T.astype(np.float64)
         self._stack = np.zeros((height, width, settings["stack"]), np.uint8)
         self.over, self.score, self.length = True, 0.0, 0
 
@@ -473,15 +481,31 @@ def play_games(
     return records
 
 
-def main() -> None:
+def _check_arguments(episodes: int, epsilon: float, seed: int) -> None:
+    """Raises a one-line ValueError for a setting of `main` out of range, before TensorFlow
+    starts (the words of `tfaccel-eval`'s)."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Plays games from a shell and prints each one's score and length as a JSON line; a usage
+    error exits 2 (argparse's), a bad value or policy 1 with one line `error: ...`."""
     parser = argparse.ArgumentParser(description="Play full games with a tfaccel policy.")
     parser.add_argument("policy_dir")
-    parser.add_argument("--episodes", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epsilon", type=float, default=0.0)
+    parser.add_argument("--episodes", type=int, default=1, help="full games to play (>= 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the games (>= 0)")
+    parser.add_argument(
+        "--epsilon", type=float, default=0.0, help="probability of a random action, in [0, 1]"
+    )
     parser.add_argument("--sample", action="store_true", help="draw actions from the logits")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     try:
+        _check_arguments(args.episodes, args.epsilon, args.seed)
         policy, metadata = load_policy(args.policy_dir)
         if metadata.get("preprocessing") is None:
             raise ValueError(f"{args.policy_dir} describes no Atari preprocessing")

@@ -25,7 +25,7 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     of the processes training together shows progress. The log starts with the `precision`
     line (`networks.set_precision`), and a warning if this machine only emulates it."""
     run_dir = team.run_dir(root_dir)
-    os.makedirs(run_dir, exist_ok=True)
+    make_run_dir(run_dir)
     take_lock(run_dir)
     quiet = None if team.chief else open(os.devnull, "w")
     log = MetricsLogger(run_dir, stream=quiet)
@@ -33,6 +33,25 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     if warning := networks.precision_warning():
         log.message(f"warning: {warning}")
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+
+
+def make_run_dir(run_dir: str) -> None:
+    """Creates `run_dir` (and its parents) if it does not exist.
+
+    Raises:
+        ValueError: one line, when the path is empty, names a file, or cannot be created.
+    """
+    if not run_dir:
+        raise ValueError("--root_dir is empty: give the directory the run goes to")
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ValueError(f"--root_dir {run_dir} is a file, not a directory: give a directory")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as error:
+        raise ValueError(
+            f"cannot write to the run directory {run_dir} ({error.strerror}): give a --root_dir "
+            "this user can write to, or make it writable"
+        ) from None
 
 
 LOCK = ".lock"  # in a run directory: the pid of the process that trains it
@@ -243,6 +262,25 @@ def check_same_algorithm(run_dir: str, config: str) -> None:
         )
 
 
+def unrestorable(run_dir: str, config: str, error: ValueError) -> str:
+    """Why no checkpoint of `run_dir` could be restored: when the settings changed since the run
+    last ran, the changes (a game with another action set, a constant rate where there was a
+    schedule: they change the variables); otherwise the restore's own error (damaged files)."""
+    path = os.path.join(run_dir, "operative_config.gin")
+    try:
+        with open(path) as handle:
+            changes = changed_settings(handle.read(), config)
+    except (OSError, SyntaxError, ValueError, tokenize.TokenError):
+        changes = []
+    if not changes:
+        return str(error)
+    return (
+        f"the checkpoints of {run_dir} do not fit this command's variables, whose settings "
+        f"differ from the run's in {len(changes)} place(s): {'; '.join(changes)}: resume with "
+        f"the run's settings ({path}) or give a new --root_dir"
+    )
+
+
 def checkpoints(run_dir: str, logs, frame_skip: int, team, **trackables):
     """The run's counters and `Checkpointer` (of `trackables` and the counters, in
     `run_dir/checkpoints`), resumed from its latest checkpoint if it has one (`resume`).
@@ -269,7 +307,10 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
     config = gin.operative_config_str() + getattr(team, "operative_config", "")
     check_same_algorithm(run_dir, config)
     tick = time.perf_counter()
-    restored = saver.restore()
+    try:
+        restored = saver.restore()
+    except ValueError as error:
+        raise ValueError(unrestorable(run_dir, config, error)) from None
     restore_seconds = time.perf_counter() - tick
     frames = int(counters.agent_steps) * frame_skip
     config_path = os.path.join(run_dir, "operative_config.gin")

@@ -100,6 +100,22 @@ class PoolConfig:
     restart_window: float = 600.0
     timeout: float = 120.0
 
+    def __post_init__(self):
+        """Checks the layout when gin (or a caller) makes it, naming the binding to change."""
+        if self.num_workers < 0 or self.envs_per_worker <= 0:
+            raise ValueError(
+                f"PoolConfig.num_workers ({self.num_workers}) must be 0 or more and "
+                f"PoolConfig.envs_per_worker ({self.envs_per_worker}) 1 or more"
+            )
+        if self.num_groups not in (1, 2):
+            raise ValueError(f"PoolConfig.num_groups must be 1 or 2, got {self.num_groups}")
+        if self.envs_per_worker % self.num_groups:
+            raise ValueError(
+                f"PoolConfig.envs_per_worker ({self.envs_per_worker}) must split evenly into "
+                f"PoolConfig.num_groups ({self.num_groups}) groups: give a multiple of "
+                f"{self.num_groups}"
+            )
+
     @property
     def group_size(self) -> int:
         """Envs per group (the batch of one inference call)."""
@@ -176,6 +192,18 @@ class RunConfig:
     seed: int = 0
     on_nonfinite: str = "skip"
     tf_threads: int = 0
+
+    def __post_init__(self):
+        """Checks the counts when gin (or a caller) makes the settings, naming the binding."""
+        for name in ("total_frames", "log_interval_frames", "checkpoint_interval_frames"):
+            if getattr(self, name) <= 0:
+                raise ValueError(
+                    f"RunConfig.{name} must be a positive number of env frames, got "
+                    f"{getattr(self, name)}"
+                )
+        for name in ("eval_episodes", "max_wall_seconds", "tf_threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RunConfig.{name} must be 0 or more, got {getattr(self, name)}")
 
 
 class Loop:

@@ -26,6 +26,16 @@ def test_unknown_game_lists_close_names():
         AtariConfig(game="pongg")
 
 
+def test_a_gymnasium_id_names_the_game_and_the_settings_it_stands_for():
+    for gym_id, game in [("PongNoFrameskip-v4", "pong"), ("ALE/SpaceInvaders-v5", "space_invaders"),
+                         ("BreakoutDeterministic-v4", "breakout")]:  # fmt: skip
+        with pytest.raises(ValueError, match=rf"'{gym_id}' is a Gymnasium id; AtariConfig.game "
+                           rf"takes the game's name, '{game}' \(frame skip and sticky"):  # fmt: skip
+            canonical_game(gym_id)
+    with pytest.raises(ValueError, match="unknown Atari game 'Nope-v4'"):
+        canonical_game("Nope-v4")
+
+
 def test_area_matrix_worked_examples():
     np.testing.assert_allclose(area_matrix(4, 2), [[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]])
     np.testing.assert_allclose(area_matrix(3, 2), [[2 / 3, 1 / 3, 0], [0, 1 / 3, 2 / 3]], rtol=1e-6)

@@ -480,3 +480,27 @@ def test_a_worker_that_failed_before_its_next_command_is_reported_with_its_error
         (fault,) = pool.drain_faults()
     assert "failed: " in fault and "env 1 raised RuntimeError: scripted fault at step 1" in fault
     assert step_1.tolist() == [True] and step_0.tolist() == [True]  # both cut by the fault
+
+
+def test_segments_of_killed_pools_are_swept_and_live_ones_kept(tmp_path):
+    """A pool killed while its workers start leaves its segment's name; the next pool removes
+    those whose process is gone (and only those old enough not to be starting now)."""
+    from tfaccel.envs.pool import remove_orphaned_segments
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead_pid = int(gone.stdout)
+    names = {
+        "orphan": f"tfaccel_{dead_pid}_0123456789",
+        "live": f"tfaccel_{os.getpid()}_0123456789",
+        "young": f"tfaccel_{dead_pid}_abcdef0123",
+        "other": f"tfaccel_{dead_pid}_notours",
+    }
+    old = time.time() - 3600
+    for key, name in names.items():
+        (tmp_path / name).write_bytes(b"x")
+        if key != "young":
+            os.utime(tmp_path / name, (old, old))
+    removed = remove_orphaned_segments(str(tmp_path), min_age=60.0)
+    assert removed == [str(tmp_path / names["orphan"])]
+    assert sorted(os.listdir(tmp_path)) == sorted(v for k, v in names.items() if k != "orphan")

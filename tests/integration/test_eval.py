@@ -3,6 +3,8 @@ user errors."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -75,11 +77,11 @@ def test_eval_prints_scores_and_writes_gif_and_mp4(pong_policy, tmp_path):
         (["--policy_dir=/nonexistent", "--epsilon=2"], "error: epsilon must be in [0, 1], got 2"),
         (
             ["--policy_dir=/nonexistent", "--mp4=/nonexistent/a.mp4"],
-            "error: cannot write the MP4 /nonexistent/a.mp4: its directory does not exist",
+            "error: cannot write mp4=/nonexistent/a.mp4: the directory /nonexistent does not exist",
         ),
         (
             ["--policy_dir=pretrained/a2c_pong", "--gif=/nonexistent/a.gif"],
-            "error: cannot write the GIF /nonexistent/a.gif: its directory does not exist",
+            "error: cannot write gif=/nonexistent/a.gif: the directory /nonexistent does not exist",
         ),
     ],
 )
@@ -89,6 +91,119 @@ def test_user_errors_end_with_one_line(args, message):
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.strip().startswith(message), result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("gif", "out", "gif must be a file name ending in .gif, got '{tmp}/out'"),
+        ("gif", "out.png", "gif must be a file name ending in .gif, got '{tmp}/out.png'"),
+        ("gif", "", "gif must be a file name ending in .gif, got '{tmp}/', which is a directory"),
+        ("gif", "sub", "gif must be a file name ending in .gif, got '{tmp}/sub', which is a directory"),
+        ("mp4", "out.gif", "mp4 must be a file name ending in .mp4, got '{tmp}/out.gif'"),
+        ("mp4", "out.mp4/", "mp4 must be a file name ending in .mp4, got '{tmp}/out.mp4/', which is a directory"),
+    ],
+    ids=["no_ending", "png", "slash", "directory", "gif_as_mp4", "mp4_slash"],
+)  # fmt: skip
+def test_a_video_path_that_cannot_be_written_is_refused_before_any_game(
+    tmp_path, flag, value, message
+):
+    """--gif=out played every game, then failed on the extension; --gif=out.png wrote a PNG;
+    --mp4=out.gif ended with a broken pipe and a 0-byte file."""
+    (tmp_path / "sub").mkdir()
+    result = run(
+        "--policy_dir=pretrained/a2c_pong", "--episodes=1", "--max_agent_steps=5",
+        f"--{flag}={tmp_path}/{value}",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [f"error: {message.format(tmp=tmp_path)}"]
+    assert result.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == ["sub"] and os.listdir(tmp_path / "sub") == []
+
+
+class FailingFrames(list):
+    """Video frames whose iteration fails after 3 frames, as a full disk would mid-write."""
+
+    def __iter__(self):
+        for index, frame in enumerate(list.__iter__(self)):
+            if index == 3:
+                raise OSError(28, "No space left on device")
+            yield frame
+
+
+def test_a_video_that_fails_midway_leaves_no_partial_file_and_the_old_one_as_it_was(
+    tmp_path, monkeypatch
+):
+    frames = FailingFrames(np.full((210, 160, 3), value, np.uint8) for value in range(0, 200, 20))
+    mp4 = tmp_path / "game.mp4"
+    mp4.write_bytes(b"the previous video")
+    with pytest.raises(OSError, match="No space left"):
+        evaluate.write_mp4(frames, str(mp4), fps=15.0)
+    assert sorted(os.listdir(tmp_path)) == ["game.mp4"]
+    assert mp4.read_bytes() == b"the previous video"
+
+    def save_half_then_fail(image, path, *args, **kwargs):
+        with open(path, "wb") as handle:
+            handle.write(b"GIF89a")  # a header, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Image.Image, "save", save_half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        evaluate.write_gif(list(frames), str(tmp_path / "game.gif"), frame_ms=270)
+    assert sorted(os.listdir(tmp_path)) == ["game.mp4"]
+
+
+def test_ctrl_c_prints_the_finished_games_and_one_line_then_exits_130(pong_policy, tmp_path):
+    """A Ctrl-C mid-game printed a traceback."""
+    gif = tmp_path / "game.gif"
+    process = subprocess.Popen(
+        [sys.executable, "bin/eval", f"--policy_dir={pong_policy}", "--episodes=500",
+         "--max_agent_steps=20", f"--gif={gif}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        first = process.stderr.readline()  # the first game has ended
+        assert first.startswith("game 1/500: "), first
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    lines = (first + stderr).strip().splitlines()
+    assert all(line.startswith("game ") for line in lines[:-1]), lines
+    stopped = re.fullmatch(r"stopped by SIGINT after (\d+) of 500 games", lines[-1])
+    assert stopped, lines[-1]
+    data = json.loads(stdout)  # the games that ended (the last maybe not yet printed)
+    assert data["episodes"] == int(stopped.group(1)) in (len(lines) - 1, len(lines))
+    assert data["stopped_by"] == "SIGINT" and data["lengths"] == [20] * data["episodes"]
+    assert not gif.exists() and os.listdir(tmp_path) == []  # no video of an unfinished run
+    with pytest.raises(ProcessLookupError):  # nothing of the command is left running
+        os.killpg(process.pid, 0)
+
+
+def test_ctrl_c_before_any_game_ended_prints_no_json(pong_policy, monkeypatch, capsys):
+    from tfaccel.commands import eval as eval_command
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(policy_client, "play_games", interrupted)
+    try:
+        eval_command.main([f"--policy_dir={pong_policy}", "--episodes=3"])
+    except SystemExit as stop:
+        assert stop.code == 130
+    except KeyboardInterrupt:  # not re-raised: it would stop the test session
+        pytest.fail("the Ctrl-C reached the user as a traceback")
+    else:
+        pytest.fail("no exit status after a Ctrl-C")
+    out, err = capsys.readouterr()
+    assert out == "" and err == "stopped by SIGINT after 0 of 3 games\n"
+    with pytest.raises(evaluate.Interrupted) as caught:  # still a KeyboardInterrupt for notebooks
+        evaluate.evaluate(pong_policy, 3)
+    assert isinstance(caught.value, KeyboardInterrupt) and caught.value.result is None
 
 
 def test_sample_action_follows_the_softmax():

@@ -807,6 +807,40 @@ def test_resuming_with_another_algorithm_is_one_line_naming_both(tmp_path):
     assert same.returncode == 0, same.stderr[-3000:]
 
 
+def test_resuming_with_settings_that_change_the_variables_names_them(tmp_path):
+    """A schedule where the run had a constant rate (the optimizer loses a variable) ended with
+    "no checkpoint can be restored ...: move the directory away", and a screen of warnings."""
+    first = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin")
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin",
+                  "--gin_bindings=train.decay_learning_rate = True")  # fmt: skip
+    assert other.returncode == 1 and "Traceback" not in other.stderr
+    (line,) = [line for line in other.stderr.strip().splitlines() if "precision" not in line]
+    assert line.startswith(f"error: the checkpoints of {tmp_path} do not fit"), line
+    assert "train.decay_learning_rate: False -> True" in line and "new --root_dir" in line
+    same = train(tmp_path, "--gin_file=catch_a2c.gin", "--gin_file=smoke.gin",
+                 "--gin_bindings=RunConfig.total_frames = 2800")  # fmt: skip
+    assert same.returncode == 0, same.stderr[-3000:]
+
+
+def test_ctrl_c_while_starting_is_one_line_and_status_130(tmp_path):
+    """Before the loop takes SIGINT over (importing TensorFlow, loading the game, starting the
+    pool) Ctrl-C printed a traceback."""
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "bin", "train"), "--gin_file=a2c.gin",
+         "--gin_file=smoke.gin", f"--root_dir={tmp_path / 'run'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    time.sleep(1.5)  # importing TensorFlow
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert (
+        stderr.strip().splitlines()[-1] == "stopped by SIGINT while starting: nothing was trained"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_ppo_smoke_run_updates_at_a_rate_above_zero(tmp_path):
     """smoke.gin's 2,000 frames are less than one PPO rollout (8 envs x 128 steps x 4 frames):
     the decay spanned 0 rollouts, and the run's only update took its steps at rate 0."""

@@ -2,8 +2,9 @@
 install (console scripts), and the same as `bin/train`, `bin/eval`, ... in a checkout.
 
 Each command parses its own flags here (the library reads none), prints `--help` with every flag
-and exits 0, ends a user error with one line `error: ...` and exit status 1, and keeps
-TensorFlow's C++ start-up lines off the terminal.
+and exits 0, ends a user error with one line `error: ...` and exit status 1, ends after a Ctrl-C
+with one line `stopped by SIGINT ...` and exit status 130, and keeps TensorFlow's C++ start-up
+lines off the terminal.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
+
+INTERRUPTED_STATUS = 130  # 128 + SIGINT's number: what a shell reports after a Ctrl-C
 
 
 def quiet_tensorflow() -> None:
@@ -56,6 +60,24 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def fail(message: str) -> NoReturn:
     """Ends the command with `error: <message>` on one line and exit status 1."""
     sys.exit(f"error: {message}")
+
+
+def interrupted(detail: str = "") -> NoReturn:
+    """Ends the command after a Ctrl-C (a KeyboardInterrupt its caller caught) with one line on
+    stderr, `stopped by SIGINT` then `detail` (e.g. `after 3 of 10 games`), and exit status 130,
+    instead of a traceback."""
+    print(f"stopped by SIGINT {detail}".strip(), file=sys.stderr)
+    sys.exit(INTERRUPTED_STATUS)
+
+
+def exit_with(main: Callable[[], int]) -> NoReturn:
+    """Runs a command's `main` and exits with the status it returns; a Ctrl-C that `main` does
+    not handle itself (during TensorFlow's import, say) ends with `interrupted()`."""
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        interrupted()
+    sys.exit(status)
 
 
 def first_line(error: BaseException) -> str:

@@ -7,6 +7,10 @@ raw (unclipped) scores of full games. By default a policy plays as it was traine
 starts, sticky actions and length limit) with epsilon 0.001, as Machado et al. (2018) evaluate:
 a greedy policy that never presses FIRE would otherwise wait out the step limit in games that
 need it (Breakout).
+
+A --gif or --mp4 that could not be written (another ending, a directory, a missing directory) is
+refused before the first game. Ctrl-C stops with one line, `stopped by SIGINT after N of M
+games`, and exit status 130; the JSON of the games that ended is printed first.
 """
 
 import json
@@ -91,6 +95,10 @@ def main(argv=None) -> int:
         )
     except (ValueError, OSError) as error:
         commands.fail(commands.first_line(error))
+    except evaluate.Interrupted as stop:
+        if stop.result is not None:
+            print(json.dumps(stop.result, indent=2))
+        commands.interrupted(f"after {stop.games} of {flags.episodes} games")
     if "warning" in result:
         print(f"warning: {result['warning']}", file=sys.stderr)
     print(json.dumps(result, indent=2))
@@ -99,7 +107,7 @@ def main(argv=None) -> int:
 
 def run() -> None:
     """The `tfaccel-eval` console script (and `bin/eval`)."""
-    sys.exit(main())
+    commands.exit_with(main)
 
 
 if __name__ == "__main__":

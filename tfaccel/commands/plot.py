@@ -4,7 +4,8 @@
     tfaccel-plot --run_dir=runs/ppo_s0 --run_dir=runs/ppo_s1 --target=18 --out=ppo.png
 
 Runs whose operative configs differ only in their seeds become one curve (the mean, with the
-range over seeds shaded). A run without a finished game yet is left out with a warning.
+range over seeds shaded). A run without a finished game yet is left out with a warning; when no
+run has one (a smoke run), the figure has empty axes with a note naming the runs, and a warning.
 """
 
 import sys
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
             target=flags.target,
             warn=lambda line: print(line, file=sys.stderr),
         )
-    except (ValueError, OSError) as error:  # OSError: --out cannot be written
+    except (ValueError, OSError) as error:  # OSError: --out cannot be written (a full disk)
         commands.fail(commands.first_line(error))
     for curve in curves:
         print(
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
 
 def run() -> None:
     """The `tfaccel-plot` console script (and `bin/plot`)."""
-    sys.exit(main())
+    commands.exit_with(main)
 
 
 if __name__ == "__main__":

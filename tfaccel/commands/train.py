@@ -15,7 +15,10 @@ import sys
 
 from tfaccel import commands
 
-STOPPED_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report
+STOPPED_STATUS = {
+    "SIGINT": commands.INTERRUPTED_STATUS,
+    "SIGTERM": 143,
+}  # 128 + the signal's number, as shells report
 
 
 def parse_flags(argv=None):
@@ -41,6 +44,8 @@ def parse_flags(argv=None):
 def main(argv=None) -> int:
     """Runs the command; its exit status."""
     flags = parse_flags(argv)
+    if not flags.root_dir.strip():
+        commands.fail("--root_dir is empty: give the directory the run goes to")
     with commands.tensorflow_imported_quietly():
         from tfaccel import gin_configs, trainers
         from tfaccel.envs.pool import PoolError
@@ -71,13 +76,7 @@ def main(argv=None) -> int:
             "command to resume"
         )
     except RuntimeError as error:  # gin: no algorithm config gave `train` its env and loss
-        if not str(error).startswith("Required bindings"):
-            raise
-        algorithms = [name for name in gin_configs.names() if "/" not in name]
-        commands.fail(
-            f"{commands.first_line(error)}: start the --gin_file list with an algorithm's "
-            f"config, e.g. --gin_file=categorical_dqn.gin; configs: {', '.join(algorithms)}"
-        )
+        commands.fail(str(gin_configs.no_algorithm(error) or commands.first_line(error)))
     except peer_lost as error:  # multi-worker: a peer died or stopped answering
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         telling = [line for line in lines if "abort" in line or "connect" in line.lower()]
@@ -136,7 +135,11 @@ def print_summary(summary: dict, root_dir: str) -> None:
 
 def run() -> None:
     """The `tfaccel-train` console script (and `bin/train`)."""
-    sys.exit(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:  # Ctrl-C before the training loop took over SIGINT: nothing to save
+        commands.interrupted("while starting: nothing was trained")
+    sys.exit(status)
 
 
 if __name__ == "__main__":  # python -m tfaccel.commands.train

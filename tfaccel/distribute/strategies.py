@@ -160,7 +160,10 @@ def check_tf_config(text: str) -> dict:
     if task.get("type") != "worker" or not isinstance(index, int):
         raise ValueError(f"TF_CONFIG has no task type 'worker' with an int index; {expected}")
     if not 0 <= index < len(workers):
-        raise ValueError(f"TF_CONFIG task index {index} is not in 0..{len(workers) - 1}")
+        raise ValueError(
+            f"TF_CONFIG task index {index} is not in 0..{len(workers) - 1} (the positions of "
+            f"cluster.worker's {len(workers)} entries); {expected}"
+        )
     return config
 
 

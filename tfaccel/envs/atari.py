@@ -58,6 +58,18 @@ def canonical_game(name: str) -> str:
     Raises:
         ValueError: the name is no shipped game; the message lists the closest valid names.
     """
+    gym = re.fullmatch(r"(?:ALE/)?(\w+?)(?:NoFrameskip|Deterministic)?-v\d+", name.strip())
+    if gym:  # a Gymnasium id: its suffix stands for settings that are AtariConfig's here
+        try:
+            game = canonical_game(gym.group(1))
+        except ValueError:
+            game = None
+        if game:
+            raise ValueError(
+                f"{name!r} is a Gymnasium id; AtariConfig.game takes the game's name, "
+                f"{game!r} (frame skip and sticky actions are AtariConfig.frame_skip and "
+                "AtariConfig.sticky_action_prob)"
+            )
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.strip()).lower().replace("-", "_")
     snake = snake.replace(" ", "_")
     valid = game_names()

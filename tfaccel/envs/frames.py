@@ -11,26 +11,41 @@ import sys
 import numpy as np
 
 
+def area_weights(n_in: int, n_out: int) -> np.ndarray:
+    """Integer weights [n_out, n_in]: how much of input cell j output cell i covers.
+
+    On a grid of n_in * n_out units, output cell i spans [i * n_in, (i + 1) * n_in) and input
+    cell j spans [j * n_out, (j + 1) * n_out); the weight is the length of their overlap, so each
+    row adds up to n_in. Example: `area_weights(3, 2)` is `[[2, 1, 0], [0, 1, 2]]`.
+    """
+    weights = np.zeros((n_out, n_in), np.int64)
+    for i in range(n_out):
+        lo, hi = i * n_in, (i + 1) * n_in
+        for j in range(lo // n_out, min(-(-hi // n_out), n_in)):
+            weights[i, j] = min(hi, (j + 1) * n_out) - max(lo, j * n_out)
+    return weights
+
+
 def area_matrix(n_in: int, n_out: int) -> np.ndarray:
-    """Weights [n_out, n_in] that average each output cell over the input span it covers.
+    """Weights [n_out, n_in] that average each output cell over the input span it covers
+    (`area_weights / n_in`, float32).
 
     Example: `area_matrix(4, 2)` is `[[.5, .5, 0, 0], [0, 0, .5, .5]]`; `area_matrix(3, 2)` is
     `[[2/3, 1/3, 0], [0, 1/3, 2/3]]` (each output covers 1.5 inputs).
     """
-    scale = n_in / n_out
-    weights = np.zeros((n_out, n_in), np.float64)
-    for i in range(n_out):
-        lo, hi = i * scale, (i + 1) * scale
-        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
-            weights[i, j] = (min(hi, j + 1) - max(lo, j)) / scale
-    return weights.astype(np.float32)
+    return (area_weights(n_in, n_out) / n_in).astype(np.float32)
 
 
 class Resizer:
-    """Area resize of a [h, w] uint8 frame to [height, width], rounding halves up.
+    """Area resize of a [h, w] uint8 frame to [height, width]: the exact mean of the area each
+    output pixel covers, halves rounded up (docs/policy.md, for clients in any language).
 
-    An exact ×2 reduction (the paper's 208×160 → 104×80) takes a fast path of integer sums; any
-    other size multiplies by two area matrices. Both give the same result on a ×2 reduction.
+    An exact ×2 reduction (the paper's 208×160 → 104×80) takes a fast path of integer sums,
+    (a + b + c + d + 2) // 4; any other size sums `area_weights(h, height) @ frame @
+    area_weights(w, width).T` and rounds, (2 * sum + h * w) // (2 * h * w). The sums are whole
+    numbers of at most 255 * h * w, which float32 (below 2**24) or else float64 holds exactly in
+    any order of addition, so the result does not depend on the BLAS or the CPU. Both paths give
+    the same result on a ×2 reduction.
     """
 
     def __init__(self, in_shape: tuple[int, int], out_shape: tuple[int, int]):
@@ -42,8 +57,10 @@ class Resizer:
             )
         self.halves = (h, w) == (2 * height, 2 * width)
         self.identity = (h, w) == (height, width)
-        self._rows = area_matrix(h, height)
-        self._cols = area_matrix(w, width).T.copy()
+        exact = np.float32 if 255 * h * w < 2**24 else np.float64  # every sum a whole number
+        self._rows = area_weights(h, height).astype(exact)
+        self._cols = area_weights(w, width).T.astype(exact)
+        self._area = h * w  # the sum of an output pixel's weights
         self._pair_rows = scratch((height, w), np.uint16, "resize-rows")
         self._out = scratch((height, width), np.uint16, "resize-out")
         self._frame = scratch((height, width), np.uint8, "resize-frame")
@@ -61,8 +78,8 @@ class Resizer:
             out >>= 2
             np.copyto(self._frame, out, casting="unsafe")
             return self._frame
-        resized = self._rows @ frame.astype(np.float32) @ self._cols  # [H, W]
-        return np.floor(resized + 0.5).astype(np.uint8)
+        sums = (self._rows @ frame.astype(self._rows.dtype) @ self._cols).astype(np.int64)
+        return ((2 * sums + self._area) // (2 * self._area)).astype(np.uint8)  # [H, W]
 
 
 _SCRATCH: dict[tuple, np.ndarray] = {}

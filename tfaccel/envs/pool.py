@@ -47,6 +47,7 @@ import contextlib
 import inspect
 import multiprocessing as mp
 import os
+import re
 import select
 import signal
 import sys
@@ -95,6 +96,33 @@ def _check_layout(num_workers, envs_per_worker, num_groups, split_groups_by_work
         raise ValueError(
             f"envs_per_worker ({envs_per_worker}) must split evenly into {num_groups} groups"
         )
+
+
+_SEGMENT_NAME = re.compile(r"tfaccel_(\d+)_[0-9a-f]{10}")  # tfaccel_<pid of its pool>_<random>
+
+
+def remove_orphaned_segments(directory: str = SHM_DIR, min_age: float = 60.0) -> list[str]:
+    """Removes the shared segments of pools whose process is gone, and returns their paths.
+
+    A segment's name goes as soon as its workers have mapped it, so one is left only when its
+    pool's process was killed (SIGKILL, the OOM killer) while the workers started; a pool
+    sweeps them before it makes its own. Segments younger than `min_age` seconds are kept.
+    """
+    removed, now = [], time.time()
+    for name in os.listdir(directory):
+        match = _SEGMENT_NAME.fullmatch(name)
+        path = os.path.join(directory, name)
+        try:
+            if not match or now - os.stat(path).st_mtime < min_age:
+                continue
+            os.kill(int(match.group(1)), 0)  # raises ProcessLookupError when it is gone
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:  # gone meanwhile, or another user's live process
+            continue
+    return removed
 
 
 def _create_segment(path: str, spec, num_envs: int):
@@ -258,6 +286,7 @@ class EnvPool:
         self._faults: list[str] = []
         self._replaced: list[set[int]] = [set() for _ in range(num_groups)]  # rows to mark
 
+        remove_orphaned_segments()
         self._shm_path = os.path.join(SHM_DIR, f"tfaccel_{os.getpid()}_{uuid.uuid4().hex[:10]}")
         self._shm = _create_segment(self._shm_path, self.spec, self.num_envs)
         self.buffers = Buffers(self.spec, self.num_envs, self._shm)

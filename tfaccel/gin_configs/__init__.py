@@ -67,6 +67,8 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
         gin.parse_config_files_and_bindings([path(f) for f in files], bindings, skip_unknown=False)
     except ValueError as error:
         raise with_valid_parameters(error) from None
+    except SyntaxError as error:
+        raise not_a_literal(error) if "malformed node" in str(error) else error from None
     finally:
         root.removeFilter(_not_a_resource_lookup)
     check_binding_types()
@@ -166,6 +168,30 @@ RENAMED = {
     f"make_pool.{name}": f"PoolConfig.{name}"
     for name in ("max_restarts", "restart_window", "timeout")
 }
+
+
+def no_algorithm(error: RuntimeError, first: str = "--gin_file list") -> ValueError | None:
+    """Gin's error when no config gave the trainer its env and loss (`Required bindings ...`),
+    naming the configs to start `first` with; None for any other RuntimeError."""
+    if not str(error).startswith("Required bindings"):
+        return None
+    algorithms = [name for name in names() if "/" not in name]
+    line = str(error).strip().splitlines()[0]
+    return ValueError(
+        f"{line}: start the {first} with an algorithm's config, e.g. categorical_dqn.gin; "
+        f"configs: {', '.join(algorithms)}"
+    )
+
+
+def not_a_literal(error: SyntaxError) -> SyntaxError:
+    """Gin's error for a value that is neither a Python literal nor a reference (an unquoted
+    string), saying how a value is written."""
+    token = re.search(r"Failed to parse token '(.*)'", str(error))
+    shown = f" {token.group(1)!r}" if token else ""
+    return SyntaxError(
+        f"the value{shown} is not a Python literal: strings need quotes (AtariConfig.game = "
+        "'pong'), configurables a leading @ (train.torso = @nature_torso)"
+    )
 
 
 def with_valid_parameters(error: ValueError) -> ValueError:
