@@ -112,8 +112,8 @@ def test_run_settings_out_of_range_are_named(settings, message):
     [
         (dict(envs_per_worker=3), "PoolConfig.envs_per_worker (3) must split evenly into "
                                   "PoolConfig.num_groups (2) groups: give a multiple of 2"),
-        (dict(num_workers=-1), "PoolConfig.num_workers (-1) must be 0 or more"),
-        (dict(envs_per_worker=0), "PoolConfig.envs_per_worker (0) 1 or more"),
+        (dict(num_workers=-1), "PoolConfig.num_workers must be 0 or more and PoolConfig.envs_per_worker 1 or more, got -1 and 8"),
+        (dict(envs_per_worker=0), "PoolConfig.envs_per_worker 1 or more, got 2 and 0"),
         (dict(num_groups=3, envs_per_worker=6), "PoolConfig.num_groups must be 1 or 2, got 3"),
     ],
 )  # fmt: skip

@@ -104,8 +104,8 @@ class PoolConfig:
         """Checks the layout when gin (or a caller) makes it, naming the binding to change."""
         if self.num_workers < 0 or self.envs_per_worker <= 0:
             raise ValueError(
-                f"PoolConfig.num_workers ({self.num_workers}) must be 0 or more and "
-                f"PoolConfig.envs_per_worker ({self.envs_per_worker}) 1 or more"
+                "PoolConfig.num_workers must be 0 or more and PoolConfig.envs_per_worker 1 or "
+                f"more, got {self.num_workers} and {self.envs_per_worker}"
             )
         if self.num_groups not in (1, 2):
             raise ValueError(f"PoolConfig.num_groups must be 1 or 2, got {self.num_groups}")

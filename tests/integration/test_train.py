@@ -625,7 +625,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
         ),
         (
             ["--gin_bindings=PoolConfig.envs_per_worker = 0"],
-            "num_workers and envs_per_worker must be positive, got 1, 0",
+            "PoolConfig.envs_per_worker 1 or more, got 1 and 0",
         ),
         (
             ["--gin_bindings=set_precision.policy = 'float16'"],
