@@ -152,6 +152,33 @@ def test_only_a_run_directory_with_nothing_trained_is_removed(tmp_path):
     assert not run_dir.remove_if_unused(str(tmp_path / "saved")) and saved.exists()
 
 
+class _Alone:
+    """The team of a run trained by this process alone (`strategies.SyncTeam`'s two answers)."""
+
+    chief = True
+
+    def run_dir(self, root_dir):
+        return root_dir
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_run_that_fails_at_its_start_leaves_no_directory_it_made(tmp_path, existed):
+    """`on_policy.train` called from a script whose env the workers cannot import fails after
+    the run directory was opened: the directory it made goes; one that was there stays."""
+    root = tmp_path / "run"
+    if existed:
+        root.mkdir()
+    opened = run_dir.open_run(str(root), _Alone(), "precision float32")[0]
+    with pytest.raises(ValueError, match="defined in __main__"):
+        with run_dir.held(opened):
+            raise ValueError("the env factory is defined in __main__")
+    assert root.exists() == existed
+    run_dir.open_run(str(root), _Alone(), "precision float32")  # the lock was let go
+    with run_dir.held(str(root)):
+        pass  # a run that ends well keeps its directory
+    assert root.exists()
+
+
 def test_a_run_directory_another_process_trains_is_not_removed(tmp_path):
     """A multi-worker worker that fails at its start must not remove the directory its chief
     has just made and trains in (the chief holds its lock, and has logged nothing yet)."""

@@ -25,6 +25,8 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     of the processes training together shows progress. The log starts with the `precision`
     line (`networks.set_precision`), and a warning if this machine only emulates it."""
     run_dir = team.run_dir(root_dir)
+    if not os.path.exists(run_dir):
+        _created.add(os.path.realpath(run_dir))
     make_run_dir(run_dir)
     take_lock(run_dir)
     quiet = None if team.chief else open(os.devnull, "w")
@@ -56,6 +58,7 @@ def make_run_dir(run_dir: str) -> None:
 
 LOCK = ".lock"  # in a run directory: the pid of the process that trains it
 _held: dict[str, int] = {}  # run directory (real path) -> the open lock file this process holds
+_created: set[str] = set()  # run directories open_run made, until their run ends
 
 
 def take_lock(run_dir: str) -> None:
@@ -136,10 +139,18 @@ def remove_if_unused(root_dir: str) -> bool:
 @contextlib.contextmanager
 def held(run_dir: str):
     """Lets go of the run directory's lock (`take_lock`) when the block ends: a notebook that
-    trained a run leaves it free for a command in a terminal."""
+    trained a run leaves it free for a command in a terminal. A directory `open_run` created is
+    removed again when the block fails before anything was trained into it (an env factory the
+    workers cannot import, a batch that does not split): no empty run is left to resume."""
+    key = os.path.realpath(run_dir)
     try:
         yield
+    except BaseException:
+        if key in _created:
+            remove_if_unused(run_dir)
+        raise
     finally:
+        _created.discard(key)
         release_lock(run_dir)
 
 

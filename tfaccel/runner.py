@@ -170,7 +170,9 @@ class RunConfig:
     steps x frame skip).
 
     Attributes:
-        total_frames: env frames to train for.
+        total_frames: env frames to train for. A run stops at the first update at or past it,
+            so it may go over by up to one update's frames (PPO's 8 envs x 128 steps x frame
+            skip 4: 4,096 frames); the intervals below fire the same way.
         log_interval_frames: env frames between rows of metrics.csv.
         checkpoint_interval_frames: env frames between checkpoints (each also exports the policy).
         eval_episodes: full games played by the exported policy at each checkpoint (Atari only;

@@ -2,8 +2,11 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -74,3 +77,26 @@ def test_pool_demo_runs_and_reports():
     result = run("bin/pool_demo", "--seconds=1", "--workers=2", "--envs_per_worker=2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "4 pong envs in 2 workers" in result.stdout and "agent steps/s" in result.stdout
+
+
+def test_pool_demo_ctrl_c_reports_what_ran_and_leaves_no_worker():
+    process = subprocess.Popen(
+        [sys.executable, "bin/pool_demo", "--seconds=600", "--workers=2", "--envs_per_worker=2"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    assert "envs in 2 workers" in process.stdout.readline()  # the pool is stepping
+    time.sleep(1.0)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-3000:]
+    assert "agent steps/s" in out and "Traceback" not in err, (out, err[-3000:])
+    assert re.fullmatch(r"stopped by SIGINT after [\d.]+ of 600 s", err.strip().splitlines()[-1])
+    for _ in range(50):  # the forkserver notices its parent is gone within moments
+        left = subprocess.run(
+            ["pgrep", "-a", "-g", str(process.pid)], capture_output=True, text=True
+        )
+        if not left.stdout:
+            break
+        time.sleep(0.1)
+    assert left.stdout == "", left.stdout  # no worker outlived the command
