@@ -243,32 +243,37 @@ def run_grid(
         for process in running:
             process.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    while (pending or running) and not stopped:
-        while pending and len(running) < parallel and not stopped:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left < 120:
-                pending.clear()  # no time for a start-up and one checkpoint
-                break
-            job = pending.pop(0)
-            os.makedirs(os.path.dirname(job.run_dir(root)), exist_ok=True)
-            log = open(job.run_dir(root) + ".log", "a")
-            print(f"suite: {job.label} from {trained_frames(job.run_dir(root)):,} frames")
-            process = subprocess.Popen(
-                command(job, root, left), stdout=log, stderr=log, start_new_session=True
-            )  # signals reach it through forward() alone, once
-            running[process] = job
-            log.close()
-        time.sleep(1.0)
-        for process in [p for p in running if p.poll() is not None]:
-            job = running.pop(process)
-            frames = trained_frames(job.run_dir(root))
-            print(f"suite: {job.label} exit {process.returncode} at {frames:,} frames")
-            if process.returncode not in (0, 130, 143):
-                failed.append(job.label)
-    for process in running:
-        process.wait()
+    # Restored at the end: a caller that runs the grid in its own process (the tests) keeps
+    # its own Ctrl-C.
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while (pending or running) and not stopped:
+            while pending and len(running) < parallel and not stopped:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left < 120:
+                    pending.clear()  # no time for a start-up and one checkpoint
+                    break
+                job = pending.pop(0)
+                os.makedirs(os.path.dirname(job.run_dir(root)), exist_ok=True)
+                log = open(job.run_dir(root) + ".log", "a")
+                print(f"suite: {job.label} from {trained_frames(job.run_dir(root)):,} frames")
+                process = subprocess.Popen(
+                    command(job, root, left), stdout=log, stderr=log, start_new_session=True
+                )  # signals reach it through forward() alone, once
+                running[process] = job
+                log.close()
+            time.sleep(1.0)
+            for process in [p for p in running if p.poll() is not None]:
+                job = running.pop(process)
+                frames = trained_frames(job.run_dir(root))
+                print(f"suite: {job.label} exit {process.returncode} at {frames:,} frames")
+                if process.returncode not in (0, 130, 143):
+                    failed.append(job.label)
+        for process in running:
+            process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if failed:
         print(f"suite: failed: {', '.join(failed)} (see their .log beside the run directories)")
     if stopped:

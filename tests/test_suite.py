@@ -2,6 +2,7 @@
 of fabricated run directories against the published references."""
 
 import os
+import signal
 import sys
 
 import pytest
@@ -124,6 +125,8 @@ def test_a_run_finished_in_the_kept_logs_is_neither_trained_again_nor_overwritte
     finally:
         suite.subprocess.Popen = suite_process
     assert len(started) == 1 and any("qbert" in part for part in started[0])
+    # The caller's own Ctrl-C is back (a test session run in-process kept the grid's handler).
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_seed_short_of_the_others_does_not_cut_their_curve():

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from tests.fakes import as_from_a_terminal
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -83,12 +85,16 @@ def test_pool_demo_ctrl_c_reports_what_ran_and_leaves_no_worker():
     process = subprocess.Popen(
         [sys.executable, "bin/pool_demo", "--seconds=600", "--workers=2", "--envs_per_worker=2"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=as_from_a_terminal,
     )  # fmt: skip
-    assert "envs in 2 workers" in process.stdout.readline()  # the pool is stepping
-    time.sleep(1.0)
-    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
-    out, err = process.communicate(timeout=60)
+    try:
+        assert "envs in 2 workers" in process.stdout.readline()  # the pool is stepping
+        time.sleep(1.0)
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, err[-3000:]
     assert "agent steps/s" in out and "Traceback" not in err, (out, err[-3000:])
     assert re.fullmatch(r"stopped by SIGINT after [\d.]+ of 600 s", err.strip().splitlines()[-1])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
+from tests.fakes import as_from_a_terminal
 from tfaccel import evaluate, export, policy_client
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.networks import PolicyValueNetwork, QNetwork, a3c_torso
@@ -160,7 +161,7 @@ def test_ctrl_c_prints_the_finished_games_and_one_line_then_exits_130(pong_polic
         [sys.executable, "bin/eval", f"--policy_dir={pong_policy}", "--episodes=500",
          "--max_agent_steps=20", f"--gif={gif}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     try:
         first = process.stderr.readline()  # the first game has ended
