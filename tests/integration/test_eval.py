@@ -160,14 +160,16 @@ def test_ctrl_c_prints_the_finished_games_and_one_line_then_exits_130(pong_polic
     process = subprocess.Popen(
         [sys.executable, "bin/eval", f"--policy_dir={pong_policy}", "--episodes=500",
          "--max_agent_steps=20", f"--gif={gif}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
         start_new_session=True, preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     try:
-        first = process.stderr.readline()  # the first game has ended
+        # Unbuffered: readline takes this line alone, and communicate() the rest (a buffered
+        # readline could take the next games' lines too, where communicate() never sees them).
+        first = process.stderr.readline().decode()  # the first game has ended
         assert first.startswith("game 1/500: "), first
         os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
-        stdout, stderr = process.communicate(timeout=60)
+        stdout, stderr = (text.decode() for text in process.communicate(timeout=60))
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
