@@ -188,6 +188,39 @@ def test_a_run_directory_another_process_trains_is_not_removed(tmp_path):
     assert not run_dir.remove_if_unused(str(tmp_path))  # gone already: nothing to do
 
 
+class _Worker:
+    """The team of a multi-worker run's worker 1 (`strategies.SyncTeam`), which writes below
+    its chief's directory."""
+
+    chief = False
+
+    def run_dir(self, root_dir):
+        return os.path.join(root_dir, "worker-1")
+
+
+def test_a_worker_that_fails_at_its_start_removes_the_root_it_made_unless_its_chief_trains(
+    tmp_path,
+):
+    root = tmp_path / "run"
+    opened = run_dir.open_run(str(root), _Worker(), "precision float32")[0]
+    with pytest.raises(ValueError), run_dir.held(opened):
+        raise ValueError("a batch that does not split")
+    assert not root.exists()  # it made both root and root/worker-1: both go
+    opened = run_dir.open_run(str(root), _Worker(), "precision float32")[0]
+    with locked_by_another_process(root):  # the chief started meanwhile and trains root
+        with pytest.raises(ValueError), run_dir.held(opened):
+            raise ValueError("a batch that does not split")
+        assert root.exists() and not (root / "worker-1").exists()
+
+
+def test_a_directory_with_a_run_another_process_trains_below_it_is_not_removed(tmp_path):
+    """An asynchronous learner still stopping holds `root/learner-1`: root stays."""
+    (tmp_path / "learner-1").mkdir()
+    with locked_by_another_process(tmp_path / "learner-1"):
+        assert not run_dir.remove_if_unused(str(tmp_path)) and tmp_path.exists()
+    assert run_dir.remove_if_unused(str(tmp_path)) and not tmp_path.exists()
+
+
 def test_a_run_directory_is_free_again_once_its_training_ends(tmp_path):
     """A notebook kernel that trained a run must not keep it from a command in a terminal."""
     run_dir.take_lock(str(tmp_path))

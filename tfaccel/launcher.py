@@ -30,6 +30,7 @@ from multiprocessing import connection
 import gin
 import tensorflow as tf
 
+from tfaccel import run_dir
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
@@ -100,7 +101,8 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
     except Exception as error:  # the launcher names it; the traceback goes to stderr
         if StopRequest.early_signal():  # stopped while it started (an env worker that
             return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
-        results.send({"error": str(error).strip().splitlines()[0][:300]})
+        line = str(error).strip().splitlines()[0][:300]
+        results.send({"error": line, "setting": isinstance(error, ValueError)})
         raise
     finally:
         team.close()
@@ -167,17 +169,23 @@ def train_async(
     # them and cleans up (killed by SIGTERM's default action, it would leave that to the learners'
     # orphan watch and to multiprocessing's resource tracker). A signal while they start: the
     # rest are not started, and the started ones are told (one may have missed the forward).
-    started = []
+    # A run that fails before it trained leaves no directory behind: each learner removes the
+    # one it made, and this process root_dir, which a learner may still have held then.
+    started, made = [], not os.path.exists(root_dir)
     try:
         with StopRequest(on_signal=lambda: _terminate(started)) as stop:
             _start(processes, started, stop)
             for _, send in pipes:  # the learners hold theirs: one that ends unsent reads as EOF
                 send.close()
             failed, sync = _supervise(started, strategy, (name, chunks), sync_period_seconds)
+        return _outcome(stop, failed, _drain([receive for receive, _ in pipes]), sync)
+    except BaseException:
+        if made:
+            run_dir.remove_if_unused(root_dir)
+        raise
     finally:
         _unlink(name)
         _unlink(f"{name}-new")  # a chief that ended before it published the store
-    return _outcome(stop, failed, _drain([receive for receive, _ in pipes]), sync)
 
 
 def _start(processes, started: list, stop) -> None:
@@ -240,10 +248,15 @@ def _outcome(stop, failed, summaries: dict, sync) -> dict:
             print(f"stopped by {stop.signal_name} while the learners started: nothing new to save")
             return {"stopped_by": stop.signal_name}
     if failed:
-        cause = summaries.get(failed[0], {}).get("error", f"exit code {failed[1]}")
+        report = summaries.get(failed[0], {})
+        cause = report.get("error", f"exit code {failed[1]}")
+        then = (  # a rejected setting fails again: resuming is no advice
+            "" if report.get("setting") else
+            " (a running learner saves a checkpoint first): the same command resumes"
+        )  # fmt: skip
         raise LearnerFailed(
             f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "
-            "stopped (a running learner saves a checkpoint first): the same command resumes"
+            f"stopped{then}"
         )
     if sync is not None:
         digest = sync.digest()

@@ -25,8 +25,8 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     of the processes training together shows progress. The log starts with the `precision`
     line (`networks.set_precision`), and a warning if this machine only emulates it."""
     run_dir = team.run_dir(root_dir)
-    if not os.path.exists(run_dir):
-        _created.add(os.path.realpath(run_dir))
+    if (top := _topmost_missing(run_dir)) is not None:
+        _created[os.path.realpath(run_dir)] = top
     make_run_dir(run_dir)
     take_lock(run_dir)
     quiet = None if team.chief else open(os.devnull, "w")
@@ -35,6 +35,16 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     if warning := networks.precision_warning():
         log.message(f"warning: {warning}")
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+
+
+def _topmost_missing(path: str) -> str | None:
+    """The outermost directory of `path` that does not exist yet (None: `path` exists), the one
+    `make_run_dir` creates first: `root_dir` itself for a multi-worker worker that starts before
+    its chief and makes `root_dir/worker-<i>`."""
+    path, top = os.path.abspath(path), None
+    while path and not os.path.exists(path):
+        path, top = os.path.dirname(path), path
+    return top
 
 
 def make_run_dir(run_dir: str) -> None:
@@ -58,7 +68,7 @@ def make_run_dir(run_dir: str) -> None:
 
 LOCK = ".lock"  # in a run directory: the pid of the process that trains it
 _held: dict[str, int] = {}  # run directory (real path) -> the open lock file this process holds
-_created: set[str] = set()  # run directories open_run made, until their run ends
+_created: dict[str, str] = {}  # run directory open_run made (real path) -> topmost one it made
 
 
 def take_lock(run_dir: str) -> None:
@@ -112,8 +122,9 @@ def release_lock(run_dir: str) -> None:
 def remove_if_unused(root_dir: str) -> bool:
     """Removes `root_dir` (which this command created) when nothing was trained into it: no
     checkpoint and no row of metrics in it or below it (a run whose settings were rejected once
-    it had made its directory). A directory another live process holds the lock of (the chief
-    of a multi-worker run, whose worker failed) is left alone. Returns whether it removed it."""
+    it had made its directory). A directory that another live process holds the lock of, or one
+    below it (the chief of a multi-worker run whose worker failed, an asynchronous learner still
+    stopping), is left alone. Returns whether it removed it."""
     import shutil
 
     try:
@@ -122,7 +133,7 @@ def remove_if_unused(root_dir: str) -> bool:
         return False
     try:
         for folder, _, files in os.walk(root_dir):
-            if "checkpoint" in files:
+            if "checkpoint" in files or (LOCK in files and not _lockable(folder)):
                 return False
             if "metrics.csv" in files:
                 with open(os.path.join(folder, "metrics.csv")) as handle:
@@ -136,21 +147,33 @@ def remove_if_unused(root_dir: str) -> bool:
             release_lock(key)
 
 
+def _lockable(run_dir: str) -> bool:
+    """Whether this process holds, or could take, `run_dir`'s lock: no other process trains it."""
+    try:
+        take_lock(run_dir)
+    except ValueError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def held(run_dir: str):
     """Lets go of the run directory's lock (`take_lock`) when the block ends: a notebook that
-    trained a run leaves it free for a command in a terminal. A directory `open_run` created is
-    removed again when the block fails before anything was trained into it (an env factory the
-    workers cannot import, a batch that does not split): no empty run is left to resume."""
+    trained a run leaves it free for a command in a terminal. The directories `open_run` created
+    are removed again when the block fails before anything was trained into them (an env factory
+    the workers cannot import, a batch that does not split, a rejected setting): no empty run is
+    left to resume. The outermost of them goes only if no other process trains below it."""
     key = os.path.realpath(run_dir)
     try:
         yield
     except BaseException:
-        if key in _created:
+        if (top := _created.get(key)) is not None:
             remove_if_unused(run_dir)
+            if os.path.realpath(top) != key:
+                remove_if_unused(top)
         raise
     finally:
-        _created.discard(key)
+        _created.pop(key, None)
         release_lock(run_dir)
 
 

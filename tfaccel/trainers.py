@@ -7,8 +7,6 @@ files (gin_configs/) refer to them by these names.
 
 from __future__ import annotations
 
-import os
-
 import gin
 
 from tfaccel import (
@@ -17,7 +15,6 @@ from tfaccel import (
     networks,
     off_policy,  # noqa: F401  (registers train_off_policy)
     on_policy,
-    run_dir,
 )
 from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.envs.atari import AtariConfig
@@ -46,12 +43,6 @@ for _function in (
 @gin.configurable(denylist=["root_dir"])
 def run(root_dir: str, trainer=None) -> dict:
     """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
-    (`run.trainer = @train_off_policy` for the DQN family). A run directory it creates is
-    removed again if the run fails before it trained anything (its settings were rejected)."""
-    new = not os.path.exists(root_dir)
-    try:
-        return (trainer or on_policy.train)(root_dir)
-    except BaseException:
-        if new:
-            run_dir.remove_if_unused(root_dir)
-        raise
+    (`run.trainer = @train_off_policy` for the DQN family). A run that fails before it trained
+    anything leaves no directory it made (`run_dir.held`)."""
+    return (trainer or on_policy.train)(root_dir)

@@ -60,11 +60,15 @@ def test_appo_runs_with_smoke(tmp_path, config):
 
 
 def test_a_failing_learner_ends_the_run_with_its_error(tmp_path):
-    result = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
-                   "--gin_bindings=PoolConfig.num_groups = 3")  # fmt: skip
+    """A setting the learners reject once they made their directories: the run ends with the
+    learner's error, no advice to resume (it would fail again) and no directory left."""
+    result = train(tmp_path / "run", "--gin_file=a3c.gin", "--gin_file=smoke.gin",
+                   "--gin_bindings=PoolConfig.num_workers = 100_000")  # fmt: skip
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: learner ") and "num_groups must be 1 or 2, got 3" in last, last
+    assert last.startswith("error: learner ") and "100,000 env workers of" in last, last
+    assert "resumes" not in last
+    assert not (tmp_path / "run").exists()
     assert not shm.left_by(result.pid)
 
 
