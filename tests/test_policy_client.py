@@ -88,3 +88,58 @@ def test_the_breakout_pixel_of_mean_60_5_is_61():
     rows, cols = policy_client.area_weights(210, 84), policy_client.area_weights(160, 84).T
     assert policy_client.resize(screen, rows, cols)[56, 32] == 61
     assert Resizer((210, 160), (84, 84))(screen)[56, 32] == 61
+
+
+def test_a_client_drawing_as_the_docs_say_replays_the_games_of_play_games():
+    """docs/policy.md, "Replaying tfaccel-eval's games": the ALE seeded with the seed, the no-ops
+    from default_rng(seed), the epsilon test and the Gumbel samples from default_rng([seed, 1])
+    give the actions and scores `play_games` gave (here with sticky actions and epsilon 0.3)."""
+    from tfaccel.envs.atari import AtariConfig
+
+    preprocessing = AtariConfig(game="pong", sticky_action_prob=0.25).describe()
+    num_actions, seed, epsilon = len(preprocessing["action_names"]), 7, 0.3
+
+    def policy(observation):  # logits that depend on the frames, so the observations matter
+        flat = observation.reshape(-1)[: observation.size // num_actions * num_actions]
+        logits = flat.reshape(1, -1, num_actions).mean(axis=1).astype(np.float32)
+        return {"action": logits.argmax(-1), "logits": logits}
+
+    seen = []
+    records = policy_client.play_games(
+        lambda observation: seen.append(observation.copy()) or policy(observation),
+        preprocessing, 2, seed=seed, epsilon=epsilon, sample=True, max_agent_steps=150,
+    )  # fmt: skip
+
+    ale = ale_py.ALEInterface()
+    ale.setInt("random_seed", seed % (2**31 - 1))
+    ale.setFloat("repeat_action_probability", 0.25)
+    ale.setInt("frame_skip", 1)
+    ale.loadROM(roms.get_rom_path("pong"))
+    noops, draws = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    actions = [ale_py.Action[name] for name in preprocessing["action_names"]]
+    replayed, scores = [], []
+    for _ in range(2):
+        ale.reset_game()
+        for _ in range(noops.integers(1, preprocessing["noop_max"] + 1)):
+            ale.act(ale_py.Action.NOOP)
+        stack = np.zeros((104, 80, 4), np.uint8)
+        screens = [ale.getScreenGrayscale()] * 2
+        score = 0.0
+        for _ in range(150):  # no Pong game ends this soon
+            frame = np.maximum(*screens)[1:-1]  # one row cropped at the top and the bottom
+            small = (frame.reshape(104, 2, 80, 2).astype(np.int32).sum(axis=(1, 3)) + 2) // 4
+            stack = np.concatenate([stack[:, :, 1:], small[:, :, None].astype(np.uint8)], -1)
+            if draws.random() < epsilon:
+                action = int(draws.integers(num_actions))
+            else:
+                replayed.append(stack)
+                logits = policy(stack[None])["logits"][0].astype(np.float64)
+                action = int(np.argmax(logits + draws.gumbel(size=num_actions)))
+            for i in range(4):
+                score += ale.act(actions[action])
+                if i >= 2:
+                    screens[i - 2] = ale.getScreenGrayscale()
+        scores.append(score)
+    assert [record.score for record in records] == scores
+    assert len(seen) == len(replayed) > 100
+    assert all(np.array_equal(a[0], b) for a, b in zip(seen, replayed, strict=True))

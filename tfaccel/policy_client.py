@@ -500,8 +500,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=1, help="full games to play (>= 1)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the games (>= 0)")
     parser.add_argument(
-        "--epsilon", type=float, default=0.0, help="probability of a random action, in [0, 1]"
-    )
+        "--epsilon", type=float, default=0.001,
+        help="probability of a random action, in [0, 1] (0.001, as tfaccel-eval plays)",
+    )  # fmt: skip
     parser.add_argument("--sample", action="store_true", help="draw actions from the logits")
     args = parser.parse_args(argv)
     try:

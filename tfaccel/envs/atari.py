@@ -107,9 +107,10 @@ PIPELINE = {
     "stack": "the last `stack` frames on the last axis, oldest first; at the start of an "
     "episode (a new game, or after a lost life when episodic_life) the older slots are zeros",
     "reset": "a new game starts with 1..noop_max NOOP emulator frames (uniform; 0: none); if "
-    "fire_on_reset, FIRE is pressed once at an episode's start",
+    "fire_on_reset, FIRE is pressed for one emulator frame at an episode's start",
     "sticky_actions": "ALE's repeat_action_probability = sticky_action_prob",
-    "scaling": "the SavedModel takes the uint8 stack as it is and scales it inside",
+    "scaling": "the SavedModel takes the uint8 stack as it is and scales it (and subtracts the "
+    "game's background pixel, where training did) inside",
 }
 
 
