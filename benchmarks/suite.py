@@ -472,6 +472,12 @@ def seed_band(curves: list, points: int = 200) -> tuple:
     return grid, np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
 
 
+def seeds_text(finished: int, drawn: int) -> str:
+    """`1 seed`, `2 seeds`, `1 seed + 1 unfinished`: what a curve of `drawn` seeds holds."""
+    text = f"{finished} seed{'' if finished == 1 else 's'}"
+    return text if drawn == finished else f"{text} + {drawn - finished} unfinished"
+
+
 def draw(entries: list[dict], path: str) -> None:
     """A panel per game: each entry's mean score over seeds against frames, its range shaded,
     and its reference (a curve, or a point with its range at the reference's frames)."""
@@ -488,7 +494,7 @@ def draw(entries: list[dict], path: str) -> None:
             curves = [seed["curve"] for seed in entry["seeds"].values() if seed["curve"]]
             if curves:
                 grid, mean, low, high = seed_band(curves)
-                label = f"{entry['entry']} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
+                label = f"{entry['entry']} ({seeds_text(entry['finished_seeds'], len(curves))})"
                 axis.plot(grid / 1e6, mean, color=color, label=label)
                 axis.fill_between(grid / 1e6, low, high, color=color, alpha=0.2)
             reference = entry["reference"]

@@ -78,6 +78,14 @@ def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_figure_counts_finished_seeds_and_names_unfinished_ones():
+    """A seed the suite has only started is drawn, but not counted as a seed of the result."""
+    assert suite.seeds_text(1, 1) == "1 seed"
+    assert suite.seeds_text(2, 2) == "2 seeds"
+    assert suite.seeds_text(1, 2) == "1 seed + 1 unfinished"
+    assert suite.seeds_text(0, 1) == "0 seeds + 1 unfinished"
+
+
 def test_kept_logs_summarize_like_the_run_directories(tmp_path):
     runs, kept = str(tmp_path / "runs"), str(tmp_path / "kept")
     write_run(f"{runs}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
