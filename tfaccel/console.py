@@ -26,6 +26,18 @@ def stderr_silenced():
         os.close(null)
 
 
+def call_quietly(module: str, name: str, *args):
+    """Imports `module` with TensorFlow's C++ start-up lines silenced, then returns
+    `module.name(*args)`: the entry of a spawned process whose code imports TensorFlow (the
+    asynchronous learners), which would print them while `spawn` unpickles its target."""
+    import importlib
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with stderr_silenced():
+        function = getattr(importlib.import_module(module), name)
+    return function(*args)
+
+
 def set_up_tensorflow(threads: int = 0, make_strategy=None):
     """Sets TensorFlow's thread pools (0: its default, one thread per core) and initializes its
     devices without the start-up log lines. Call before the first TensorFlow op of the process.

@@ -30,7 +30,7 @@ from multiprocessing import connection
 import gin
 import tensorflow as tf
 
-from tfaccel import run_dir
+from tfaccel import console, run_dir
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
@@ -150,17 +150,23 @@ def train_async(
     pipes = [context.Pipe(duplex=False) for _ in range(learners)]  # (receive, send) each
     sweep_dead_stores()
     name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-    environments = learner_gpus(
-        learners,
-        len(tf.config.list_physical_devices("GPU")),
-        os.environ.get("CUDA_VISIBLE_DEVICES"),
-    )
+    with console.stderr_silenced():  # TensorFlow's CUDA probe prints its failure on a CPU host
+        gpus = len(tf.config.list_physical_devices("GPU"))
+    environments = learner_gpus(learners, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     config, operative = gin.config_str(), gin.operative_config_str()
     shared = (learners, steps_per_push, name, chunks, operative, machine, machine_count)
     processes = [
-        context.Process(
-            target=_learner_main,
-            args=(config, root_dir, (index, *shared), pipes[index][1], environments[index]),
+        context.Process(  # started through console: no TensorFlow start-up lines
+            target=console.call_quietly,
+            args=(
+                __name__,
+                "_learner_main",
+                config,
+                root_dir,
+                (index, *shared),
+                pipes[index][1],
+                environments[index],
+            ),  # fmt: skip
             name=f"tfaccel-learner{index}",
         )
         for index in range(learners)

@@ -51,6 +51,8 @@ def test_appo_runs_with_smoke(tmp_path, config):
     result = train(tmp_path, f"--gin_file={config}", "--gin_file=smoke.gin",
                    "--gin_bindings=train.horizon = 16")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    # The learners are spawned processes: nothing of TensorFlow's C++ start-up from them either.
+    assert "oneDNN" not in result.stderr and "cuda" not in result.stderr.lower(), result.stderr
     config_text = (tmp_path / "operative_config.gin").read_text()
     assert (
         "train_async.learners = 2" in config_text
