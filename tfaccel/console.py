@@ -32,8 +32,9 @@ def call_quietly(module: str, name: str, *args):
     asynchronous learners), which would print them while `spawn` unpickles its target."""
     import importlib
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with stderr_silenced():
+    from tfaccel.commands import tensorflow_imported_quietly
+
+    with tensorflow_imported_quietly():
         function = getattr(importlib.import_module(module), name)
     return function(*args)
 
