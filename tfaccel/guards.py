@@ -34,6 +34,9 @@ class StopRequest:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, keep)
+        # Started with them blocked (`pool.signals_blocked_while_starting`): one that came
+        # meanwhile is pending, and kept now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
     @classmethod
     def early_signal(cls) -> str | None:

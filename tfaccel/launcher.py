@@ -34,6 +34,7 @@ from tfaccel import console, run_dir
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
+from tfaccel.envs.pool import signals_blocked_while_starting
 from tfaccel.envs.worker import SHM_DIR
 from tfaccel.guards import StopRequest
 
@@ -67,23 +68,6 @@ def learner_gpus(learners: int, visible: int, cuda_visible: str | None) -> list[
         {"CUDA_VISIBLE_DEVICES": names[index % visible].strip(), **shared}
         for index in range(learners)
     ]
-
-
-@contextlib.contextmanager
-def _started_ignoring_ctrl_c():
-    """Processes started inside ignore SIGINT until they set their own handler (`hold_early`).
-
-    A Ctrl-C reaches the whole process group: a learner still loading Python would die of it with a
-    KeyboardInterrupt traceback. The launcher's own Ctrl-C stays pending meanwhile (a blocked
-    signal is not dropped), then it forwards the stop to the learners it started.
-    """
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _learner_main(config: str, root_dir: str, team_args: tuple, results, environment: dict):
@@ -200,7 +184,10 @@ def _start(processes, started: list, stop) -> None:
     for process in processes:
         if stop.signal_name:
             break
-        with _started_ignoring_ctrl_c():
+        # A Ctrl-C reaches the whole process group: a learner still loading Python would die of
+        # it with a KeyboardInterrupt traceback. It starts with SIGINT blocked instead, and takes
+        # a pending one up as a stop when its handler is set (`StopRequest.hold_early`).
+        with signals_blocked_while_starting(signal.SIGINT):
             process.start()
         started.append(process)
     if stop.signal_name:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests import shm
+from tests.fakes import as_from_a_terminal
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import WORKER_NAME, EnvPool, PoolError, SerialPool, env_seeds
 from tfaccel.envs.toy import ScriptedConfig
@@ -504,3 +505,43 @@ def test_segments_of_killed_pools_are_swept_and_live_ones_kept(tmp_path):
     removed = remove_orphaned_segments(str(tmp_path), min_age=60.0)
     assert removed == [str(tmp_path / names["orphan"])]
     assert sorted(os.listdir(tmp_path)) == sorted(v for k, v in names.items() if k != "orphan")
+
+
+BLOCKED_WHILE_STARTING = """
+import multiprocessing, os, signal, threading, time
+from tfaccel.envs.pool import signals_blocked_while_starting
+
+def report(send):
+    send.send(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+if __name__ == "__main__":
+    caught = []
+    signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()  # may take a signal
+    receive, send = multiprocessing.get_context("spawn").Pipe(duplex=False)
+    with signals_blocked_while_starting(signal.SIGINT):
+        process = multiprocessing.get_context("spawn").Process(target=report, args=(send,))
+        process.start()  # the first start of this process: the resource tracker starts too
+        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while it starts
+        time.sleep(0.1)  # time for the other thread to take the signal
+    time.sleep(0.2)
+    print("child blocked SIGINT:", signal.SIGINT in receive.recv())
+    print("parent caught SIGINT:", caught == [signal.SIGINT])
+    process.join()
+"""
+
+
+def test_a_process_started_with_signals_blocked_holds_them_and_the_caller_keeps_its_own(
+    tmp_path,
+):
+    # A child that started with SIGINT at its default would die of a Ctrl-C while it loads Python;
+    # a caller that ignored SIGINT meanwhile (so that the child inherits the disposition) loses
+    # the Ctrl-C whenever another of its threads takes it.
+    path = tmp_path / "blocked.py"
+    path.write_text(BLOCKED_WHILE_STARTING)
+    out = subprocess.run(
+        [sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": ROOT}, preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    assert "child blocked SIGINT: True" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "parent caught SIGINT: True" in out.stdout, out.stdout + out.stderr[-2000:]

@@ -202,14 +202,24 @@ def _main_script_hidden():
 
 
 @contextlib.contextmanager
-def _stop_signals_blocked():
-    """SIGINT and SIGTERM blocked in this thread while a worker (and the first time, the
-    forkserver) starts: the new process inherits the mask, so a Ctrl-C or a SIGTERM to the whole
-    process group (a job scheduler's stop, `kill -- -PGID`) reaches the caller alone, which saves
-    and closes the pool; without it the workers die with it, are replaced as faults, and the run
-    ends with a worker error. This process still gets the signal, in another thread or once the
-    mask is restored."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+def signals_blocked_while_starting(*signals: signal.Signals):
+    """`signals` blocked in this thread while processes start inside: a new process inherits
+    the mask (through fork and exec alike), so a signal to the whole process group waits in it,
+    pending, until it unblocks them or sets its own handling. This process still gets the
+    signal, in another thread or once the mask is restored.
+
+    The pool's workers (and the first time, the forkserver) start with SIGINT and SIGTERM
+    blocked: a Ctrl-C or a SIGTERM to the whole group (a job scheduler's stop, `kill -- -PGID`)
+    reaches the caller alone, which saves and closes the pool; without it the workers die with
+    it, are replaced as faults, and the run ends with a worker error.
+
+    multiprocessing's resource tracker unblocks SIGINT and SIGTERM in the thread that starts it,
+    which is the first one to start a process: it is started before the mask is set.
+    """
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     try:
         yield
     finally:
@@ -333,7 +343,7 @@ class EnvPool:
         core = None if not affinity else affinity[w % len(affinity)]
         seeds = [[self.seeds[i] for i in group] for group in self._indices[w]]
         args = (w, self._factory, seeds, self._indices[w], self.spec, self.num_envs, shm_path)
-        with _main_script_hidden(), _stop_signals_blocked():
+        with _main_script_hidden(), signals_blocked_while_starting(signal.SIGINT, signal.SIGTERM):
             process = self._context.Process(
                 target=worker_main,
                 name=f"tfaccel-env-worker-{w}",
