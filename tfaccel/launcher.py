@@ -86,7 +86,10 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
         if StopRequest.early_signal():  # stopped while it started (an env worker that
             return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
         line = str(error).strip().splitlines()[0][:300]
-        results.send({"error": line, "setting": isinstance(error, ValueError)})
+        # A setting is rejected before the learner joins the store (it builds and restores
+        # first); one that fails there fails again, and resuming is no advice.
+        setting = isinstance(error, ValueError) and team.store is None
+        results.send({"error": line, "setting": setting})
         raise
     finally:
         team.close()

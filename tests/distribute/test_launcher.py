@@ -1,0 +1,36 @@
+"""The learner's report to the launcher when it fails (in this process, with a stand-in trainer)."""
+
+import multiprocessing
+import signal
+
+import pytest
+
+from tfaccel import launcher, on_policy
+
+
+class Store:
+    def close(self, unlink):
+        pass
+
+
+@pytest.mark.parametrize("joined_the_store", [False, True])
+def test_a_learners_value_error_is_a_rejected_setting_only_before_it_joined_the_store(
+    tmp_path, monkeypatch, joined_the_store
+):
+    def train(root_dir, team):
+        if joined_the_store:
+            team.store = Store()  # as `AsyncTeam.attach` leaves it: the run has begun
+        raise ValueError("no such thing\nmore")
+
+    monkeypatch.setattr(on_policy, "train", train)
+    monkeypatch.setattr(launcher, "_stop_when_orphaned", lambda parent: None)  # no watch thread
+    receive, send = multiprocessing.Pipe(duplex=False)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(ValueError, match="no such thing"):
+            launcher._learner_main("", str(tmp_path), (1, 2, 1, "unused", 1), send, {})
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    # Rejected before it trained: the same command fails again. Later: it resumes.
+    assert receive.recv() == {"error": "no such thing", "setting": not joined_the_store}
