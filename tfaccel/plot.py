@@ -136,15 +136,15 @@ def load_runs(run_dirs: list[str], warn=print) -> list[Run]:
         except ValueError as error:
             left_out.append(error)
     fresh = [error for error in left_out if isinstance(error, NoFinishedGame)]
+    if not runs and not fresh:  # the error names each: no warnings before it
+        raise ValueError(f"nothing to plot: {'; '.join(str(error) for error in left_out)}")
     for error in left_out:
         if runs or not isinstance(error, NoFinishedGame):
             warn(f"warning: left out: {error}")
-    if not runs and fresh:
+    if not runs:
         counts = [count for error in fresh for count in error.runs]
         names = ", ".join(f"{name} ({frames:,} frames)" for name, frames in counts)
         raise NoFinishedGame(f"no finished game yet in {names}", counts)
-    if not runs:
-        raise ValueError(f"nothing to plot: {'; '.join(str(error) for error in left_out)}")
     return runs
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tfaccel import console
+
 
 def timed(step: Callable[[], int], seconds: float, warmup: float = 1.0) -> float:
     """Calls `step` (which returns how many agent steps it took) for `seconds` after `warmup`."""
@@ -52,6 +54,7 @@ def raw_single_process_sps(config, seconds: float) -> float:
 def gymnasium_async_sps(game: str, num_envs: int, seconds: float) -> float:
     """gymnasium AsyncVectorEnv over AtariPreprocessing + FrameStackObservation (a pipe per env)."""
     import ale_py
+    import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV, part of the bench extra)
     import gymnasium as gym
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
@@ -91,11 +94,12 @@ def _random_actions_sps(envs, seconds: float) -> float:
 
 def tf_agents_parallel_sps(game: str, num_envs: int, seconds: float) -> float:
     """tf-agents ParallelPyEnvironment (a process and a pipe per env) over tfaccel's Atari env."""
-    from tfaccel.bench import tf_agents_peer  # imports tf-agents; raises ImportError without it
+    with console.stderr_silenced():  # tf-agents' imports print C++ start-up lines and gym's notice
+        from tfaccel.bench import tf_agents_peer  # raises ImportError without tf-agents
 
-    # isort: split
-    from tf_agents.environments import parallel_py_environment
-    from tf_agents.system import system_multiprocessing
+        # isort: split
+        from tf_agents.environments import parallel_py_environment
+        from tf_agents.system import system_multiprocessing
 
     with contextlib.suppress(ValueError):  # ValueError: its context was set up already
         system_multiprocessing.enable_interactive_mode()

@@ -40,6 +40,16 @@ def tensorflow_imported_quietly():
         yield
 
 
+def tensorflow_started_quietly() -> None:
+    """Imports TensorFlow and sets up its devices (which probes CUDA, loudly) without the C++
+    start-up lines: for a command that sets no threads or devices of its own (those call
+    `console.set_up_tensorflow` before the first op instead)."""
+    with tensorflow_imported_quietly():
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own: the usage, then the error, exit status 2
         fail(f"{message} (flags are --name=value; {self.prog} --help lists them)")

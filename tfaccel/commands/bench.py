@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     if flags.tf_threads:
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(flags.tf_threads)
         os.environ["TF_NUM_INTEROP_THREADS"] = "1"
+    commands.tensorflow_started_quietly()
     with commands.tensorflow_imported_quietly():
         from tfaccel.bench import sampler
 

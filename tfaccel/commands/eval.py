@@ -67,10 +67,8 @@ def parse_flags(argv=None):
 
 def main(argv=None) -> int:
     flags = parse_flags(argv)
+    commands.tensorflow_started_quietly()
     with commands.tensorflow_imported_quietly():
-        import tensorflow as tf
-
-        tf.config.list_logical_devices()  # its device setup probes CUDA, loudly: here, quietly
         from tfaccel import evaluate
 
     def report(game: int, score: float, steps: int) -> None:
