@@ -1,13 +1,17 @@
 """The Python API: `tfaccel.train` any number of times in one process, the `Run` it returns,
 and `tfaccel.load_policy`."""
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 import tfaccel
+from tests.fakes import as_from_a_terminal
 
 
 def test_importing_tfaccel_imports_no_tensorflow():
@@ -62,3 +66,31 @@ def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
     assert "RunConfig.seed = 3" in open(tmp_path / "z" / "operative_config.gin").read()
     out = run.plot(str(tmp_path / "curves.png"))
     assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+STOPPED = """
+import sys, tfaccel
+try:
+    tfaccel.train(["catch_a2c.gin"], sys.argv[1], total_frames=100_000_000, log_interval_frames=500)
+except KeyboardInterrupt as error:
+    print("KeyboardInterrupt:", error)
+    raise
+print("went on")
+"""
+
+
+def test_a_ctrl_c_stops_the_caller_after_the_run_saved(tmp_path):
+    """`train` returned normally after a Ctrl-C, so a script went on to its next run."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-c", STOPPED, str(run_dir)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.csv").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # training
+    os.kill(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert f"KeyboardInterrupt: stopped by SIGINT; {run_dir} is saved" in out, err[-2000:]
+    assert "went on" not in out
+    assert list((run_dir / "checkpoints").glob("ckpt-*.index"))

@@ -75,13 +75,16 @@ def test_progress_refreshes_on_a_terminal_with_a_smoothed_rate_and_an_eta(tmp_pa
     assert "20,000/1,000,000 frames  0:00:02  2,500 steps/s (env 10% infer 20% learn 70%)" in (
         screen.getvalue()
     )
-    assert "score - (no game ended yet)  ETA 0:01" in screen.getvalue()  # 98 s left
+    assert "score - (no game ended yet)  ETA 0:02" in screen.getvalue()  # 98 s left: rounded up
     now[0] = 104.0
     display.show(24_000, 3.5, (0.1, 0.2, 0.7), "  replay 6,000")
     # smoothed: 0.7 x 10,000 + 0.3 x 2,000 frames/s = 7,600 -> 1,900 steps/s
     assert screen.getvalue().endswith(
-        "1,900 steps/s (env 10% infer 20% learn 70%)  score 3.5  replay 6,000  ETA 0:02"
+        "1,900 steps/s (env 10% infer 20% learn 70%)  score 3.5  replay 6,000  ETA 0:03"
     )
+    now[0] = 106.0
+    display.show(992_000, 3.5, (0.1, 0.2, 0.7))  # under a minute left: it said 0:00
+    assert screen.getvalue().rstrip().endswith("ETA 0:01")
     log.end_progress()
     assert screen.getvalue().endswith("\n")
     piped = io.StringIO()  # not a terminal: no refresh between log rows, plain lines

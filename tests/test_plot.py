@@ -142,11 +142,11 @@ def test_runs_of_which_none_is_a_run_directory_are_still_an_error(tmp_path):
 
 
 def test_every_command_lists_its_flags_on_help_and_exits_0():
-    for command, flags in (
-        ("train", ["--root_dir", "--gin_file", "--gin_bindings"]),
-        ("eval", ["--policy_dir", "--episodes", "--gif", "--epsilon"]),
-        ("plot", ["--run_dir", "--out", "--target"]),
-        ("bench_sampler", ["--game", "--seconds", "--json", "--plot"]),
+    for command, flags in (  # and defaults, which --help did not give
+        ("train", ["--root_dir", "--gin_file", "--gin_bindings", "\n    tfaccel-train --gin"]),
+        ("eval", ["--policy_dir", "--episodes", "--gif", "--epsilon", "play (default: 10)"]),
+        ("plot", ["--run_dir", "--out", "--target", "(default: curves.png)"]),
+        ("bench_sampler", ["--game", "--seconds", "--json", "--plot", "(default: pong)"]),
         ("pool_demo", ["--game", "--seconds", "--workers", "--envs_per_worker"]),  # it exited 1
     ):
         done = subprocess.run(

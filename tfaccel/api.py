@@ -107,6 +107,8 @@ def train(
     Raises:
         ValueError: an unknown config, binding or parameter, or bad settings (with what is
             valid).
+        KeyboardInterrupt: a Ctrl-C (SIGINT) stopped the run; it saved a checkpoint first.
+        SystemExit: a SIGTERM stopped the run (status 143, as `tfaccel-train`'s); it saved too.
     """
     import gin
 
@@ -131,7 +133,18 @@ def train(
     finally:
         with gin.unlock_config():
             gin.clear_config()
+    _raise_if_stopped(summary.get("stopped_by"), root_dir)
     return Run(root_dir, summary)
+
+
+def _raise_if_stopped(signal_name: str | None, root_dir: str) -> None:
+    """After a stop signal the run has saved; the caller stops too, as a Ctrl-C stops any other
+    Python code and as `tfaccel-train` exits 130 or 143 (a script of several runs would go on to
+    the next one)."""
+    if signal_name == "SIGINT":
+        raise KeyboardInterrupt(f"stopped by SIGINT; {root_dir} is saved: the same call resumes")
+    if signal_name == "SIGTERM":
+        raise SystemExit(128 + 15)
 
 
 def _override_bindings(overrides: dict, trainer: str) -> list[str]:

@@ -10,6 +10,7 @@ progress line rewrites itself; elsewhere (CI, a log file) each interval is one p
 from __future__ import annotations
 
 import csv
+import math
 import os
 import sys
 import time
@@ -186,7 +187,8 @@ class Progress:
             self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
         self._then, self._frames = now, frames
         rate = self._rate or 0.0
-        eta = clock(max(self._total - frames, 0) / rate)[:-3] if rate else "-"
+        left = max(self._total - frames, 0) / rate if rate else None  # seconds
+        eta = "-" if left is None else clock(60 * math.ceil(left / 60))[:-3]  # h:mm, rounded up
         env, inference, learn = split
         self._log.progress(
             f"{frames:,}/{self._total:,} frames  {clock(now - self._start)}  "

@@ -55,14 +55,25 @@ class _Parser(argparse.ArgumentParser):
         fail(f"{message} (flags are --name=value; {self.prog} --help lists them)")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The docstring as written, and each flag's default where its help does not give it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.required or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return text if "default" in text else f"{text} (default: %(default)s)"
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     """A parser whose --help shows the command's docstring (its first line, then its usage) and
-    whose errors (a missing or unknown flag, a stray argument) are one line and exit status 1."""
+    each flag's default, and whose errors (a missing or unknown flag, a stray argument) are one
+    line and exit status 1."""
     first, _, rest = doc.strip().partition("\n")
     return _Parser(
         description=first,
-        epilog=rest.strip() or None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=rest.strip("\n").rstrip() or None,  # its examples keep their indentation
+        formatter_class=_HelpFormatter,
         allow_abbrev=False,
     )
 

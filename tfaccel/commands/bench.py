@@ -53,7 +53,10 @@ def parse_flags(argv=None):
         help="peers to measure if installed",
     )
     parser.add_argument(
-        "--tf_threads", type=int, default=1, help="TensorFlow threads for inference (0: default)"
+        "--tf_threads",
+        type=int,
+        default=1,
+        help="TensorFlow threads for inference (0: TensorFlow's own choice)",
     )
     parser.add_argument(
         "--worker_niceness", type=int, default=5, help="nice value of env workers with inference"

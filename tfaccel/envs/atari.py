@@ -104,10 +104,12 @@ PIPELINE = {
     "resize": "area average to height x width: an exact halving takes (a + b + c + d + 2) // 4 "
     "of each 2x2 block in integers; any other size averages the input area each output pixel "
     "covers (partly covered pixels weighted by their share) and rounds half up, floor(x + 0.5)",
-    "stack": "the last `stack` frames on the last axis, oldest first; at the start of an "
-    "episode (a new game, or after a lost life when episodic_life) the older slots are zeros",
+    "stack": "the last `stack` frames on the last axis, oldest first; at a game's start the "
+    "older slots are zeros; playing full games the stack runs on across lives (in training "
+    "with episodic_life it also restarted after a lost life)",
     "reset": "a new game starts with 1..noop_max NOOP emulator frames (uniform; 0: none); if "
-    "fire_on_reset, FIRE is pressed for one emulator frame at an episode's start",
+    "fire_on_reset, FIRE is pressed for one emulator frame at a game's start (in training "
+    "with episodic_life also after a lost life)",
     "sticky_actions": "ALE's repeat_action_probability = sticky_action_prob",
     "scaling": "the SavedModel takes the uint8 stack as it is and scales it (and subtracts the "
     "game's background pixel, where training did) inside",
