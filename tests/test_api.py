@@ -2,6 +2,7 @@
 and `tfaccel.load_policy`."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 
 import tfaccel
 from tests.fakes import as_from_a_terminal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_importing_tfaccel_imports_no_tensorflow():
@@ -94,3 +97,14 @@ def test_a_ctrl_c_stops_the_caller_after_the_run_saved(tmp_path):
     assert f"KeyboardInterrupt: stopped by SIGINT; {run_dir} is saved" in out, err[-2000:]
     assert "went on" not in out
     assert list((run_dir / "checkpoints").glob("ckpt-*.index"))
+
+
+def test_the_python_blocks_of_the_usage_page_run_in_order(tmp_path):
+    with open(os.path.join(ROOT, "docs", "usage.md")) as handle:
+        page = handle.read()
+    code = "\n".join(re.findall(r"^```python\n(.*?)^```", page, re.MULTILINE | re.DOTALL))
+    assert "tfaccel.train(" in code and "tfaccel.load_policy(" in code
+    code = code.replace("/tmp/", f"{tmp_path}/")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "smoke_py" / "policy" / "saved_model.pb").exists()
