@@ -164,7 +164,7 @@ def test_auto_precision_is_bfloat16_only_where_the_hardware_computes_it():
         return networks.choose_precision(lambda: set(flags), lambda: list(gpus))[0]
 
     assert choose() == "float32"
-    assert choose(flags=("avx2", "avx512_bf16")) == "float32"  # measured slower there
+    assert choose(flags=("avx2", "avx512_bf16")) == "float32"  # not faster everywhere there
     assert choose(flags=("avx512_bf16", "amx_bf16", "amx_tile")) == "mixed_bfloat16"
     assert networks.choose_precision(lambda: None, lambda: [])[0] == "float32"  # flags unknown
     turing, ampere = ("Tesla T4", (7, 5)), ("NVIDIA A100", (8, 0))
@@ -191,7 +191,7 @@ def test_bfloat16_is_flagged_where_the_machine_would_emulate_it():
         return networks.precision_warning(policy, lambda: set(flags), lambda: list(gpus))
 
     assert "without AVX-512 BF16 or AMX" in warn() and "'float32'" in warn()
-    assert "AVX-512 BF16 but no AMX" in warn(flags=("avx2", "avx512_bf16"))  # measured slower
+    assert warn(flags=("avx2", "avx512_bf16")) is None  # faster on one machine, slower on one
     assert warn(flags=("avx2", "amx_bf16", "amx_tile")) is None
     assert warn(policy="float32") is None  # float32 is never emulated
     assert networks.precision_warning("mixed_bfloat16", lambda: None, lambda: []) is None  # unknown

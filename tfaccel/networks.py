@@ -69,8 +69,9 @@ def choose_precision(cpu_flags=_cpu_flags, gpus=_gpu_capabilities) -> tuple[str,
     """The faster precision on this machine and why: `mixed_bfloat16` on GPUs of compute
     capability 8.0 and newer and on CPUs with AMX, `float32` elsewhere. Measured with
     benchmarks/learner_speed.py, a C51 update at batch 256 on 2 cores: AMX 84 -> 44 ms in
-    bfloat16 (learner_speed__amx.json); AVX-512 BF16 without AMX 128 -> 181 ms, slower
-    (learner_speed__avx512.json); AVX2 several times slower (learner_speed__avx2.json).
+    bfloat16 (learner_speed__amx.json); with AVX-512 BF16 and no AMX 128 -> 81 ms on one
+    machine (learner_speed.json) but 128 -> 181 ms on another (learner_speed__avx512.json), so
+    float32 there until measured; AVX2 several times slower (learner_speed__avx2.json).
     `cpu_flags` and `gpus` read this machine; tests pass others."""
     devices = gpus()
     if devices:
@@ -80,15 +81,20 @@ def choose_precision(cpu_flags=_cpu_flags, gpus=_gpu_capabilities) -> tuple[str,
     flags = cpu_flags() or set()
     if "amx_bf16" in flags:
         return "mixed_bfloat16", "auto: this CPU has AMX"
-    return "float32", "auto: this CPU has no AMX, where bfloat16 is slower"
+    if "avx512_bf16" in flags:  # two machines, two answers: measure this one
+        return "float32", (
+            "auto: this CPU has AVX-512 BF16 but no AMX, where bfloat16 measured faster on one "
+            "machine and slower on another; benchmarks/learner_speed.py times both"
+        )
+    return "float32", "auto: this CPU has neither AMX nor AVX-512 BF16 and would emulate bfloat16"
 
 
 def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu_capabilities):
     """Why `policy` (default: the one set) would slow this machine down, or None.
 
     `mixed_bfloat16` pays on GPUs of compute capability 8.0 and newer and on CPUs with AMX
-    (`choose_precision`). With AVX-512 BF16 alone it measured slower than float32; without it
-    TensorFlow emulates bfloat16: on a 2-core AVX2 CPU (AMD EPYC) the C51 update at batch 256
+    (`choose_precision`). With AVX-512 BF16 alone it measured faster on one machine and slower
+    on another, so no warning; without it TensorFlow emulates bfloat16: on a 2-core AVX2 CPU (AMD EPYC) the C51 update at batch 256
     trained 181 samples/s in bfloat16 against 897 in float32 (learner_speed__avx2.json).
     `cpu_flags` and `gpus` read this machine; tests pass others.
     """
@@ -108,11 +114,8 @@ def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu
     flags = cpu_flags()
     if flags is None or "amx_bf16" in flags:
         return None
-    if "avx512_bf16" in flags:
-        return (
-            "mixed_bfloat16 on a CPU with AVX-512 BF16 but no AMX: a C51 update measured 181 ms "
-            f"against 128 in float32 (benchmarks/results/speed/learner_speed__avx512.json); {advice}"
-        )
+    if "avx512_bf16" in flags:  # faster on one such machine, slower on another: no claim
+        return None
     return (
         "mixed_bfloat16 on a CPU without AVX-512 BF16 or AMX: TensorFlow emulates bfloat16, and "
         f"training is several times slower than in float32; {advice}"
