@@ -12,7 +12,8 @@ import signal
 
 class StopRequest:
     """Turns SIGINT/SIGTERM into a flag the loop checks, so a stop always saves first;
-    `on_signal()`, if given, also runs at each signal (the asynchronous launcher forwards it).
+    `on_signal(number)`, if given, also runs at each signal (the asynchronous launcher forwards
+    it).
 
     A process that must not die of a signal before its loop starts (a learner of an
     asynchronous run, stopped while it starts up) calls `StopRequest.hold_early()` first: a signal
@@ -52,7 +53,7 @@ class StopRequest:
     def _handle(self, number, frame):
         self.signal_name = signal.Signals(number).name
         if self._on_signal is not None:
-            self._on_signal()
+            self._on_signal(number)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

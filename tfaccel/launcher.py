@@ -166,7 +166,7 @@ def train_async(
     # one it made, and this process root_dir, which a learner may still have held then.
     started, made = [], not os.path.exists(root_dir)
     try:
-        with StopRequest(on_signal=lambda: _terminate(started)) as stop:
+        with StopRequest(on_signal=lambda number: _terminate(started, number)) as stop:
             _start(processes, started, stop)
             for _, send in pipes:  # the learners hold theirs: one that ends unsent reads as EOF
                 send.close()
@@ -254,6 +254,8 @@ def _outcome(stop, failed, summaries: dict, sync) -> dict:
             f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "
             f"stopped{then}"
         )
+    if stop.signal_name:  # the learners may have seen another signal first (a forwarded one)
+        summaries[0] = dict(summaries[0], stopped_by=stop.signal_name)
     if sync is not None:
         digest = sync.digest()
         print(
@@ -322,11 +324,12 @@ def _reap(alive: dict, ready) -> tuple[int, int] | None:
     return failed
 
 
-def _terminate(processes) -> None:
-    """SIGTERM: each learner's trainer saves a checkpoint and exits."""
+def _terminate(processes, number: int = signal.SIGTERM) -> None:
+    """Sends `number` (SIGTERM, or the stop signal the launcher got): each learner's trainer
+    saves a checkpoint and exits."""
     for process in processes:
         if process.is_alive():
-            os.kill(process.pid, signal.SIGTERM)
+            os.kill(process.pid, number)
 
 
 def _stop_all(processes, grace: float = 60.0) -> None:

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tests import shm
+from tests.fakes import as_from_a_terminal
 from tests.integration.cluster import start_cluster
 from tests.integration.test_train import ROOT, rows, train
 from tfaccel.bench.memory import descendants, state
@@ -127,20 +128,32 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
     assert not shm.left_by(*[machine.pid for machine in machines], *orphans)
 
 
-def test_sigterm_to_the_launcher_stops_the_learners_cleanly(tmp_path):
+@pytest.mark.parametrize(
+    "name, status",
+    [("SIGTERM", 143), ("SIGINT", 130)],  # the launcher alone, as a job scheduler stops a job;
+    ids=["sigterm_to_the_launcher", "ctrl_c_to_the_group"],  # Ctrl-C: the terminal's group
+)
+def test_a_stop_signal_stops_the_learners_cleanly_and_is_the_runs_status(tmp_path, name, status):
+    """A Ctrl-C ended the run with 143 and "stopped by SIGTERM": the launcher forwarded SIGTERM,
+    and the chief learner reported the forwarded signal."""
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin",
          "--gin_bindings=RunConfig.total_frames = 100_000_000"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (tmp_path / "metrics.csv").exists():
         time.sleep(0.2)
     learners = descendants(process.pid)
-    process.send_signal(signal.SIGTERM)  # the launcher alone, as a job scheduler stops a job
+    if name == "SIGTERM":
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err[-3000:]
-    assert "stopped by SIGTERM" in out and "checkpoint saved" in out
+    assert process.returncode == status, err[-3000:]
+    assert f"stopped by {name}" in out and "checkpoint saved" in out, out[-2000:]
+    assert "SIGTERM" not in out or name == "SIGTERM", out[-2000:]
     assert "leaked" not in err  # the launcher released its locks, not the resource tracker
     deadline = time.monotonic() + 30  # a process may still be on its way out
     while any(state(pid) not in ("", "Z") for pid in learners) and time.monotonic() < deadline:
