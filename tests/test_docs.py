@@ -111,6 +111,8 @@ def test_bin_train_takes_the_example_env_through_gin(tmp_path):
     assert "done: 2,000 frames" in result.stdout, result.stdout[-2000:]
     config = (tmp_path / "runs" / "corridor_bin" / "operative_config.gin").read_text()
     assert "import corridor" in config and "CorridorConfig.cells = 7" in config
+    # Its hints name what plays the policy: tfaccel-eval plays Atari only (it was the hint).
+    assert "tfaccel.load_policy(" in result.stdout and "eval --policy_dir" not in result.stdout
 
 
 # `tests/<file>.py::test_name` in a table cell; a bare `test_name...` cell names a test of the

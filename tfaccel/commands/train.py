@@ -71,10 +71,12 @@ def main(argv=None) -> int:
         # the error was raised).
         commands.fail(commands.first_line(error))
     except PoolError as error:  # env workers kept failing; the run saved a checkpoint first
-        commands.fail(
-            f"{commands.first_line(error)}; checkpoint saved: fix the env, then run the same "
-            "command to resume"
-        )
+        saved = os.path.exists(os.path.join(flags.root_dir, "checkpoints", "checkpoint"))
+        then = (
+            "checkpoint saved: fix the env, then run the same command to resume" if saved else
+            "nothing was trained: fix the env, then run the command again"
+        )  # fmt: skip
+        commands.fail(f"{commands.first_line(error)}; {then}")
     except RuntimeError as error:  # gin: no algorithm config gave `train` its env and loss
         commands.fail(str(gin_configs.no_algorithm(error) or commands.first_line(error)))
     except peer_lost as error:  # multi-worker: a peer died or stopped answering
@@ -94,6 +96,9 @@ def print_summary(summary: dict, root_dir: str) -> None:
     """What the run reached and where its artifacts are (the whole run, across resumes)."""
     import csv
     import math
+
+    if not os.path.isdir(root_dir):  # stopped before it trained: nothing was kept
+        return
 
     rows = []
     metrics = os.path.join(root_dir, "metrics.csv")
@@ -124,13 +129,28 @@ def print_summary(summary: dict, root_dir: str) -> None:
     else:
         print("score: no game finished yet")
     policy = os.path.join(root_dir, "policy")
+    play = f"{commands.sibling('eval')} --policy_dir={policy} --episodes=10"
+    if not _plays_atari(policy):  # an env of the user's own: tfaccel-eval plays Atari only
+        play = f"tfaccel.load_policy({policy!r}) (the env is not Atari: eval cannot play it)"
     print(
         f"run directory {root_dir}:\n"
         f"  checkpoints/  the same command resumes\n"
-        f"  policy/       {commands.sibling('eval')} --policy_dir={policy} --episodes=10\n"
+        f"  policy/       {play}\n"
         f"  metrics.csv   {commands.sibling('plot')} --run_dir={root_dir} --out=curves.png\n"
         f"  tb/           tensorboard --logdir {os.path.join(root_dir, 'tb')}"
     )
+
+
+def _plays_atari(policy_dir: str) -> bool:
+    """Whether the exported policy describes its Atari preprocessing (so tfaccel-eval plays it);
+    True when that cannot be read (the hint then names the command, which says what is wrong)."""
+    import json
+
+    try:
+        with open(os.path.join(policy_dir, "tfaccel_policy.json")) as handle:
+            return json.load(handle).get("preprocessing") is not None
+    except (OSError, ValueError):
+        return True
 
 
 def run() -> None:
