@@ -69,6 +69,32 @@ def test_a_stop_signal_saves_once_and_says_how_to_resume(tmp_path):
     assert "stopped by SIGINT at 400 frames; checkpoint saved" in log._stream.getvalue()
 
 
+class VotedStop(Team):
+    """Another process of the run voted to stop."""
+
+    def stop(self, flag):
+        return True
+
+
+def test_a_stop_at_the_wall_limit_or_by_another_process_says_so(tmp_path):
+    """Both ended like a finished run: `stopped_by` None and no line, at 400 of 1,000 frames."""
+    loop, saves, log = make_loop(tmp_path / "wall")
+    loop.settings = runner.RunConfig(1000, 300, 500, max_wall_seconds=1e-9)  # already past
+    loop.advance([], 100)
+    stop = types.SimpleNamespace(signal_name=None)
+    assert loop.should_stop(stop)
+    assert loop.finish(stop)["stopped_by"] == "max_wall_seconds" and saves == [400]
+    assert (
+        "stopped at the wall limit (RunConfig.max_wall_seconds = 1e-09) at 400 frames; checkpoint "
+        "saved: run the same command to resume" in log._stream.getvalue()
+    )
+    loop, _, log = make_loop(tmp_path / "team")
+    loop._team = VotedStop()
+    loop.advance([], 100)
+    assert loop.should_stop(stop) and loop.finish(stop)["stopped_by"] == "another process"
+    assert "stopped with another process of the run at 400 frames" in log._stream.getvalue()
+
+
 def test_a_resumed_run_counts_on_and_a_complete_one_says_so(tmp_path):
     counters = checkpoint.Counters()
     counters.agent_steps.assign(250)  # 1000 frames: the run's total

@@ -257,11 +257,15 @@ class Loop:
     def should_stop(self, stop) -> bool:
         """Whether the run stops now: all its frames are trained, a signal came (`stop`, a
         `StopRequest`) or its wall time is up, here or in any process of the team (all vote)."""
-        settings = self.settings
-        out_of_time = settings.max_wall_seconds and self.elapsed() >= settings.max_wall_seconds
         return self._team.stop(
-            self.frames >= settings.total_frames or stop.signal_name is not None or out_of_time
+            self.frames >= self.settings.total_frames
+            or stop.signal_name is not None
+            or self._out_of_time()
         )
+
+    def _out_of_time(self) -> bool:
+        limit = self.settings.max_wall_seconds
+        return bool(limit) and self.elapsed() >= limit
 
     def advance(self, games, steps: int, metrics: dict | None = None) -> None:
         """Counts the games that ended (`(score, length)` pairs) and the team's agent steps;
@@ -335,15 +339,25 @@ class Loop:
             self.write_row()
         self.save_if_behind()
         self.log.end_progress()
-        if stop.signal_name:
+        stopped_by = stop.signal_name
+        if stopped_by is None and self.frames < self.settings.total_frames:
+            # Not a signal here: this process's wall limit, or another process of the run
+            # stopped (a signal or its own limit there) and all stop together.
+            stopped_by = "max_wall_seconds" if self._out_of_time() else "another process"
+        if stopped_by:
+            cause = {
+                "max_wall_seconds": "at the wall limit (RunConfig.max_wall_seconds = "
+                f"{self.settings.max_wall_seconds:g})",
+                "another process": "with another process of the run",
+            }.get(stopped_by, f"by {stopped_by}")
             self.log.message(
-                f"stopped by {stop.signal_name} at {self.frames:,} frames; checkpoint saved: "
-                "run the same command to resume"
+                f"stopped {cause} at {self.frames:,} frames; checkpoint saved: run the same "
+                "command to resume"
             )
         return {
             "env_frames": self.frames,
             "final_score": self.score(),
             "wall_s": self.base_wall + self.elapsed(),
-            "stopped_by": stop.signal_name,
+            "stopped_by": stopped_by,
             **self.metrics,
         }
