@@ -105,6 +105,33 @@ def test_a_renamed_or_mistyped_shared_setting_is_one_line(binding, message):
         gin.clear_config()
 
 
+@pytest.mark.parametrize(
+    "binding, message",
+    [  # each failed later with a traceback: 'CatchConfig' object has no attribute 'spec' (the
+        # class, not a config), 'list' object is not callable (the torso's layers, not its factory)
+        (
+            "train.env = @CatchConfig",
+            "train.env = @CatchConfig: that is the class; the trainer "
+            "takes a config made from it: @CatchConfig()",
+        ),
+        ("train.algorithm = @A2CConfig", "@A2CConfig: that is the class"),
+        (
+            "train.torso = @a3c_torso()",
+            "train.torso = @a3c_torso(): the trainer calls the factory "
+            "itself: @a3c_torso, without the parentheses",
+        ),
+        ("train.make_optimizer = @make_adam()", "@make_adam, without the parentheses"),
+    ],
+)
+def test_a_reference_of_the_wrong_kind_is_one_line(binding, message):
+    gin.clear_config()
+    try:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            gin_configs.parse(["catch_a2c.gin"], [binding])
+    finally:
+        gin.clear_config()
+
+
 def test_an_unquoted_string_says_how_values_are_written():
     with pytest.raises(SyntaxError, match=re.escape(
         "the value 'pong' is not a Python literal: strings need quotes (AtariConfig.game = 'pong')"

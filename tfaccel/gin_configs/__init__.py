@@ -100,7 +100,8 @@ def check_binding_types() -> None:
     """Checks each bound value of a configurable function against its parameter: the type it is
     annotated with (int, float, bool or str), or, for a parameter that takes a factory or a
     function (no simple annotation; a required or callable default), that a reference
-    (`@AtariConfig()`) was bound, not a number or a string. None and macros are left alone.
+    (`@AtariConfig()`) was bound, not a number or a string, and of the kind the trainers take
+    (`_check_reference`). None and macros are left alone.
 
     Raises:
         ValueError: `selector.name = value` is of another type (naming what it must be).
@@ -117,7 +118,9 @@ def check_binding_types() -> None:
         configurable = gin.get_configurable(statement.selector)
         value, name = statement.value, f"{statement.selector}.{statement.arg_name}"
         checked = inspect.isfunction(configurable) or dataclasses.is_dataclass(configurable)
-        if not checked or value is None or value is _REFERENCE:
+        if isinstance(value, _Reference) and checked:
+            _check_reference(name, statement.arg_name, value)
+        if not checked or value is None or isinstance(value, _Reference):
             continue
         function = inspect.unwrap(configurable)  # a dataclass: its fields' annotations
         try:
@@ -139,17 +142,50 @@ def check_binding_types() -> None:
             )
 
 
-_REFERENCE = object()  # a `@name` or `@name()` value, as `_LiteralDelegate` reads it
+@dataclasses.dataclass(frozen=True)
+class _Reference:
+    """A `@name` (`evaluate` False) or `@name()` value, as `_LiteralDelegate` reads it."""
+
+    name: str
+    evaluate: bool
+
+
+# The trainers' parameters that take a config object (`@AtariConfig()`, not the class) and
+# those that take a factory the trainer calls (`@nature_torso`, not what calling it returns).
+_TAKES_AN_INSTANCE = ("env", "algorithm")
+_TAKES_A_FACTORY = ("torso", "make_optimizer")
+
+
+def _check_reference(name: str, parameter: str, reference: _Reference) -> None:
+    """A reference bound where the trainers take the other kind: a config class without its
+    parentheses, or a factory with them (either failed deep in the run with a traceback)."""
+    import gin
+
+    try:
+        target = gin.get_configurable(reference.name)
+    except ValueError:  # an unknown name: gin's own error names it
+        return
+    if parameter in _TAKES_AN_INSTANCE and inspect.isclass(target) and not reference.evaluate:
+        raise ValueError(
+            f"{name} = @{reference.name}: that is the class; the trainer takes a config made "
+            f"from it: @{reference.name}()"
+        )
+    if parameter in _TAKES_A_FACTORY and reference.evaluate:
+        raise ValueError(
+            f"{name} = @{reference.name}(): the trainer calls the factory itself: "
+            f"@{reference.name}, without the parentheses"
+        )
 
 
 class _LiteralDelegate:
-    """Parses a gin file's values as literals; references and macros become `_REFERENCE`."""
+    """Parses a gin file's values as literals; references become `_Reference`s (macros too, as
+    an unknown reference)."""
 
     def configurable_reference(self, scoped_name, evaluate):
-        return _REFERENCE
+        return _Reference(scoped_name, evaluate)
 
     def macro(self, name):
-        return _REFERENCE
+        return _Reference("%" + name, False)
 
 
 # Bindings that were renamed, old name -> new name (CHANGELOG.md): the settings both trainers
