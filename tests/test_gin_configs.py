@@ -85,49 +85,39 @@ def test_a_package_named_like_a_config_folder_does_not_break_includes(tmp_path, 
 
 
 @pytest.mark.parametrize(
-    "binding, message",
+    "config, binding, message",
     [  # renamed since an earlier version: the new name
-        ("train.total_frames = 1", "train.total_frames is now RunConfig.total_frames"),
-        ("train_off_policy.num_workers = 1", "train_off_policy.num_workers is now PoolConfig."),
-        ("make_pool.max_restarts = 1", "make_pool.max_restarts is now PoolConfig.max_restarts"),
+        ("dqn.gin", "train.total_frames = 1", "train.total_frames is now RunConfig.total_frames"),
+        ("dqn.gin", "train_off_policy.num_workers = 1",
+         "train_off_policy.num_workers is now PoolConfig."),
+        ("dqn.gin", "make_pool.max_restarts = 1",
+         "make_pool.max_restarts is now PoolConfig.max_restarts"),
         # a shared setting of the wrong type: what it must be
-        ("RunConfig.total_frames = 'many'", "RunConfig.total_frames = 'many': it must be an int"),
-        ("PoolConfig.envs_per_worker = 2.5", "PoolConfig.envs_per_worker = 2.5: it must be an int"),
-        ("RunConfig.max_wall_seconds = '1h'", "RunConfig.max_wall_seconds = '1h': it must be a "),
+        ("dqn.gin", "RunConfig.total_frames = 'many'",
+         "RunConfig.total_frames = 'many': it must be an int"),
+        ("dqn.gin", "PoolConfig.envs_per_worker = 2.5",
+         "PoolConfig.envs_per_worker = 2.5: it must be an int"),
+        ("dqn.gin", "RunConfig.max_wall_seconds = '1h'",
+         "RunConfig.max_wall_seconds = '1h': it must be a "),
+        # a reference of the wrong kind, which failed later with a traceback: "'CatchConfig'
+        # object has no attribute 'spec'" (the class, not a config), "'list' object is not
+        # callable" (the torso's layers, not its factory)
+        ("catch_a2c.gin", "train.env = @CatchConfig",
+         "train.env = @CatchConfig: that is the class; the trainer takes a config made from it: "
+         "@CatchConfig()"),
+        ("catch_a2c.gin", "train.algorithm = @A2CConfig", "@A2CConfig: that is the class"),
+        ("catch_a2c.gin", "train.torso = @a3c_torso()",
+         "train.torso = @a3c_torso(): the trainer calls the factory itself: @a3c_torso, without "
+         "the parentheses"),
+        ("catch_a2c.gin", "train.make_optimizer = @make_adam()",
+         "@make_adam, without the parentheses"),
     ],
-)
-def test_a_renamed_or_mistyped_shared_setting_is_one_line(binding, message):
+)  # fmt: skip
+def test_a_renamed_mistyped_or_wrong_kind_of_setting_is_one_line(config, binding, message):
     gin.clear_config()
     try:
         with pytest.raises(ValueError, match=re.escape(message)):
-            gin_configs.parse(["dqn.gin"], [binding])
-    finally:
-        gin.clear_config()
-
-
-@pytest.mark.parametrize(
-    "binding, message",
-    [  # each failed later with a traceback: 'CatchConfig' object has no attribute 'spec' (the
-        # class, not a config), 'list' object is not callable (the torso's layers, not its factory)
-        (
-            "train.env = @CatchConfig",
-            "train.env = @CatchConfig: that is the class; the trainer "
-            "takes a config made from it: @CatchConfig()",
-        ),
-        ("train.algorithm = @A2CConfig", "@A2CConfig: that is the class"),
-        (
-            "train.torso = @a3c_torso()",
-            "train.torso = @a3c_torso(): the trainer calls the factory "
-            "itself: @a3c_torso, without the parentheses",
-        ),
-        ("train.make_optimizer = @make_adam()", "@make_adam, without the parentheses"),
-    ],
-)
-def test_a_reference_of_the_wrong_kind_is_one_line(binding, message):
-    gin.clear_config()
-    try:
-        with pytest.raises(ValueError, match=re.escape(message)):
-            gin_configs.parse(["catch_a2c.gin"], [binding])
+            gin_configs.parse([config], [binding])
     finally:
         gin.clear_config()
 
