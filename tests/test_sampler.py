@@ -153,3 +153,27 @@ def test_on_policy_rollouts_hold_what_each_group_did_in_turn(make_pool):
 def copied(rollout):
     """A copy of a rollout: the sampler reuses its arrays for the group's next one."""
     return type(rollout)(*(np.array(field, copy=True) for field in rollout))
+
+
+def test_the_act_rules_gin_parameters_are_in_the_operative_config_once_compiled():
+    """A rule's parameter (a temperature, here) was used but missing from operative_config.gin,
+    so a resume with another value said nothing: the rule was traced at the first step, after
+    the run directory had the config."""
+    import gin
+
+    from tfaccel import networks
+    from tfaccel.sampler import compile_act
+    from tfaccel.types import ArraySpec, EnvSpec
+
+    @gin.configurable("tempered_act", module="tests")
+    def tempered_act(network, observation, generator, temperature=1.0):
+        logits, value = network(observation)
+        action = tf.random.stateless_categorical(logits / temperature, 1, [0, 0])[:, 0]
+        return tf.cast(action, tf.int32), logits[:, 0], value
+
+    spec = EnvSpec(ArraySpec((4,), np.float32), 3)
+    network = networks.PolicyValueNetwork(spec, torso=networks.mlp_torso)
+    network(np.zeros((1, 4), np.float32))
+    gin.parse_config("tempered_act.temperature = 1.5")
+    compile_act(network, tempered_act, spec, batch_size=2)
+    assert "tempered_act.temperature = 1.5" in gin.operative_config_str()

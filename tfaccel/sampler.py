@@ -51,6 +51,9 @@ def compile_act(network, act: Callable, spec, batch_size: int, seed: int = 0, ep
     def value_fn(observation):
         return network(observation)[1]
 
+    # Traced now, not at the first step: the act rule's gin parameters are then in the
+    # operative config, which the run directory keeps and a resume compares.
+    act_fn.get_concrete_function()
     return act_fn, value_fn, generator
 
 
