@@ -435,3 +435,19 @@ def test_a_priority_drawn_before_its_slot_was_written_again_stays_with_the_old_t
     # The new transitions in the slots of the gone ones keep their own priority (the largest
     # seen when they were added, 1), or 0 where not yet complete.
     assert set(np.round(leaves[gone], 6).tolist()) <= {0.0, 1.0}
+
+
+def test_observations_whose_channels_are_not_a_frame_stack_are_refused_early():
+    """A [H, W, 2] observation of a goal and an agent channel trained without a word and did
+    not learn: the replay rebuilt its 'older frame' from the previous step's agent channel."""
+    rng = np.random.default_rng(0)
+    buffer = ReplayBuffer(2, 2 * 64, (3, 3), stack=2)
+    goal = np.zeros((2, 3, 3), np.uint8)
+    goal[:, 0, 0] = 255
+    with pytest.raises(ValueError, match=r"the observations are not stacks of frames: in 62 of "
+                       r"62 steps the older 1 channels"):  # fmt: skip
+        for _ in range(32):
+            agent = rng.integers(0, 2, (2, 3, 3), np.uint8) * 255
+            observation = np.stack([goal, agent], axis=-1)  # [B, H, W, 2]: goal, agent
+            nothing = np.zeros(2, bool)
+            buffer.add(observation, np.zeros(2), np.zeros(2), nothing, nothing, observation)

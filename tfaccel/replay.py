@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 _NONE, _TERMINATED, _TRUNCATED, _CUT = 0, 1, 2, 3  # how a step ended (uint8 codes)
+_STACK_CHECK_STEPS = 32  # the first steps of a stream whose stacks are checked (`add`)
 _ROWS_PER_THREAD = 64  # smaller batches are assembled by the calling thread alone
 
 
@@ -223,6 +224,8 @@ class ReplayBuffer:
         self._num_valid = 0
         self._max_priority = 1.0  # largest priority^alpha so far
         self._stream_start = 0
+        self._previous = None  # the last observation added, while stacks are checked
+        self._stacks_checked = self._stacks_wrong = 0  # env steps checked, and those that failed
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -246,6 +249,8 @@ class ReplayBuffer:
         if observation.shape != expected:
             raise ValueError(f"observation shape {observation.shape}, expected {expected}")
         t, T, S = self._count, self.time, self.stack
+        if S > 1 and t - self._stream_start < _STACK_CHECK_STEPS:
+            self._check_stack(observation, t)
         slot, terminated = t % T, np.asarray(terminated, bool)
         truncated = np.asarray(truncated, bool) & ~terminated
         if t == self._stream_start:
@@ -278,6 +283,36 @@ class ReplayBuffer:
             self._finals += ids.size
         self._count = t + 1
         self._refresh(np.unique(np.concatenate(refresh) % T))
+
+    def _check_stack(self, observation: np.ndarray, t: int) -> None:
+        """Checks, over the first steps of a stream, that the envs' observations are their
+        previous ones moved on by a frame (the replay keeps only the newest frame of each and
+        rebuilds the rest from them). Most steps of a stack env pass; an env whose channels are
+        of other kinds fails nearly all (a replaced env's first step, say, fails alone).
+
+        Raises:
+            ValueError: most observations checked are not such stacks of frames.
+        """
+        previous, self._previous = self._previous, observation.copy()
+        if t == self._stream_start:
+            self._stacks_checked = self._stacks_wrong = 0
+        if previous is None or t == self._stream_start:
+            return
+        went_on = self._end[(t - 1) % self.time] == _NONE  # [B] not a new episode's first step
+        moved = (observation[..., :-1] == previous[..., 1:]).all(axis=(1, 2, 3))  # [B]
+        self._stacks_checked += int(went_on.sum())
+        self._stacks_wrong += int((went_on & ~moved).sum())
+        last = t - self._stream_start == _STACK_CHECK_STEPS - 1
+        if last and self._stacks_wrong * 2 > self._stacks_checked:
+            raise ValueError(
+                f"the observations are not stacks of frames: in {self._stacks_wrong} of "
+                f"{self._stacks_checked} steps the older {self.stack - 1} channels were not the "
+                "previous observation's newer ones. The DQN family's replay keeps only the "
+                "newest frame of each observation and rebuilds the rest, so the last axis must "
+                "be a stack of frames, newest last (tfaccel.envs.frames.FrameStack); an "
+                "observation of one frame ([H, W, 1]), or the policy-gradient trainers, take "
+                "channels of other kinds"
+            )
 
     def _steps(self, slots: np.ndarray) -> np.ndarray:
         """The global step [K] now held by ring slots [K]."""
@@ -560,3 +595,4 @@ class ReplayBuffer:
             "uinteger": w[5],
         }
         self._stream_start = self._count
+        self._previous = None
