@@ -99,7 +99,7 @@ def train(
         )  # fmt: skip
         make_network = network or functools.partial(networks.PolicyValueNetwork, torso=torso)
         agent = make_learner(
-            lambda: make_network(pool.spec), (loss_fn, prepare_fn, anneal_clip), algorithm,
+            lambda: _built(make_network, pool.spec), (loss_fn, prepare_fn, anneal_clip), algorithm,
             lambda: make_optimizer(schedule.rate), schedule, seed, strategy,
         )  # fmt: skip
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
@@ -152,6 +152,20 @@ def learning_rate_schedule(
     warmup_steps = warmup_frames // frames_per_rollout * steps_per_rollout
     rate = learner.warm_up(decay_fn or float(learning_rate), warmup_steps)
     return _Schedule(rate, learning_rate, decay_fn)
+
+
+def _built(make_network, spec):
+    """`make_network(spec)`'s model with its variables made (a network of the user's may make
+    them at its first call; the optimizer is built on them first) and `spec` set where it has
+    none (the export reads the observation's shape from it)."""
+    import numpy as np
+
+    model = make_network(spec)
+    if not model.built:
+        model(np.zeros((1, *spec.observation.shape), spec.observation.dtype))
+    if getattr(model, "spec", None) is None:
+        model.spec = spec
+    return model
 
 
 def make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedule, seed,

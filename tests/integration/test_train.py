@@ -719,7 +719,6 @@ IN_PROCESS_ENV = """
 import dataclasses, sys
 import keras
 from tfaccel import on_policy, runner
-from tfaccel.networks import PolicyValueNetwork
 from tfaccel.algorithms import a2c
 from tfaccel.envs.toy import CatchConfig
 
@@ -729,10 +728,22 @@ class NotebookCatch(CatchConfig):  # defined in __main__: worker processes could
     pass
 
 
-def small_network(spec):  # a network of one's own: train.network
-    torso = lambda: [keras.layers.Conv2D(8, 4, strides=2, activation="relu"),
+class TwoHeads(keras.Model):  # a whole network of one's own, built lazily, without a `spec`
+    def __init__(self, num_actions):
+        super().__init__()
+        self.body = [keras.layers.Conv2D(8, 4, strides=2, activation="relu"),
                      keras.layers.Flatten(), keras.layers.Dense(32, activation="relu")]
-    return PolicyValueNetwork(spec, torso=torso)
+        self.logits, self.value = keras.layers.Dense(num_actions), keras.layers.Dense(1)
+
+    def call(self, observation):
+        x = keras.ops.cast(observation, "float32") / 255.0
+        for layer in self.body:
+            x = layer(x)
+        return self.logits(x), keras.ops.squeeze(self.value(x), -1)
+
+
+def small_network(spec):  # train.network: it ended with "Unknown variable" (not built), then
+    return TwoHeads(spec.num_actions)  # "cannot tell the observation shape" at the export
 
 
 summary = on_policy.train(
