@@ -59,6 +59,12 @@ def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
         tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "x"), total_frame=10)
     with pytest.raises(ValueError, match=r"gin file 'nope.gin' not found"):
         tfaccel.train("nope.gin", str(tmp_path / "y"))
+    # Appended to a synchronous config it was ignored: one machine trained alone, the other
+    # found the directory held.
+    with pytest.raises(ValueError, match=r"async_machines.gin works on asynchronous learners: "
+                       r"put --gin_file=distribute/async.gin before it"):  # fmt: skip
+        tfaccel.train(["catch_a2c.gin", "distribute/async_machines.gin"], str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
     with pytest.raises(ValueError, match=r"start the config list with an algorithm's config, "
                        r"e.g. categorical_dqn.gin; configs: a2c.gin"):  # fmt: skip
         tfaccel.train("smoke.gin", str(tmp_path / "w"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gin
 
 from tfaccel import (
-    launcher,  # noqa: F401  (registers train_async)
+    launcher,  # registers train_async
     learner,
     networks,
     off_policy,  # noqa: F401  (registers train_off_policy)
@@ -44,5 +44,24 @@ for _function in (
 def run(root_dir: str, trainer=None) -> dict:
     """What `bin/train` runs: `trainer(root_dir)`, on-policy `train` unless gin says otherwise
     (`run.trainer = @train_off_policy` for the DQN family). A run that fails before it trained
-    anything leaves no directory it made (`run_dir.held`)."""
-    return (trainer or on_policy.train)(root_dir)
+    anything leaves no directory it made (`run_dir.held`).
+
+    Raises:
+        ValueError: settings of the asynchronous launcher (`distribute/async_machines.gin`)
+            for a trainer that is not it, which would ignore them.
+    """
+    trainer = trainer or on_policy.train
+    if trainer is not launcher.train_async and _bound("train_async.sync_machines"):
+        raise ValueError(
+            "distribute/async_machines.gin works on asynchronous learners: put "
+            "--gin_file=distribute/async.gin before it (a3c.gin and appo.gin include it), or "
+            "use distribute/multi_worker.gin for synchronous training across machines"
+        )
+    return trainer(root_dir)
+
+
+def _bound(name: str) -> bool:
+    try:
+        return bool(gin.query_parameter(name))
+    except ValueError:  # not bound
+        return False
