@@ -47,21 +47,45 @@ def run(root_dir: str, trainer=None) -> dict:
     anything leaves no directory it made (`run_dir.held`).
 
     Raises:
-        ValueError: settings of the asynchronous launcher (`distribute/async_machines.gin`)
-            for a trainer that is not it, which would ignore them.
+        ValueError: distribution configs that do not combine with the config's trainer
+            (`check_distribution`).
     """
     trainer = trainer or on_policy.train
+    check_distribution(trainer)
+    return trainer(root_dir)
+
+
+def check_distribution(trainer) -> None:
+    """Refuses, in one line that says what works, the distribution configs (`distribute/`) a
+    trainer would ignore or fail on deep in its learners.
+
+    Raises:
+        ValueError: async_machines.gin without asynchronous learners; async.gin with a DQN-family
+            config or with multi_worker.gin.
+    """
     if trainer is not launcher.train_async and _bound("train_async.sync_machines"):
         raise ValueError(
             "distribute/async_machines.gin works on asynchronous learners: put "
             "--gin_file=distribute/async.gin before it (a3c.gin and appo.gin include it), or "
             "use distribute/multi_worker.gin for synchronous training across machines"
         )
-    return trainer(root_dir)
+    if trainer is not launcher.train_async:
+        return
+    if _bound("train_off_policy.algorithm") is not None:  # a DQN-family config
+        raise ValueError(
+            "distribute/async.gin runs on-policy learners (A2C, PPO): the DQN family has no "
+            "asynchronous mode; use distribute/mirrored.gin or multi_worker.gin with it"
+        )
+    if _bound("make_strategy.kind") == "multi_worker":
+        raise ValueError(
+            "distribute/multi_worker.gin does not combine with asynchronous learners: for "
+            "asynchronous learners on several machines use distribute/async_machines.gin"
+        )
 
 
-def _bound(name: str) -> bool:
+def _bound(name: str):
+    """The value bound to `name` (None where it is not bound)."""
     try:
-        return bool(gin.query_parameter(name))
+        return gin.query_parameter(name)
     except ValueError:  # not bound
-        return False
+        return None
