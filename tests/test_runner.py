@@ -122,6 +122,7 @@ def test_a_pool_larger_than_the_memory_available_is_one_line():
     "settings, message",
     [
         (dict(total_frames=0), "RunConfig.total_frames must be a positive number of env frames, got 0"),
+        (dict(seed=-5), "RunConfig.seed must be 0 or more, got -5"),  # numpy's words, unnamed
         (dict(total_frames=-5), "RunConfig.total_frames must be a positive number of env frames, got -5"),
         (dict(checkpoint_interval_frames=0), "RunConfig.checkpoint_interval_frames must be a positive"),
         (dict(log_interval_frames=-1), "RunConfig.log_interval_frames must be a positive"),

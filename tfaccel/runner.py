@@ -203,7 +203,7 @@ class RunConfig:
                     f"RunConfig.{name} must be a positive number of env frames, got "
                     f"{getattr(self, name)}"
                 )
-        for name in ("eval_episodes", "max_wall_seconds", "tf_threads"):
+        for name in ("eval_episodes", "max_wall_seconds", "tf_threads", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RunConfig.{name} must be 0 or more, got {getattr(self, name)}")
 

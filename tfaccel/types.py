@@ -147,6 +147,25 @@ def _field_types(cls: type) -> dict[str, type]:
     return typing.get_type_hints(cls)
 
 
+def check_spec(spec) -> None:
+    """Raises a one-line ValueError unless `spec` (an env's) is an `EnvSpec` of an observation
+    `ArraySpec` with a shape of positive ints and a numpy dtype, and one or more actions."""
+    valid = "EnvSpec(ArraySpec(shape, dtype), num_actions >= 1) from tfaccel.types"
+    if not isinstance(spec, EnvSpec) or not isinstance(spec.observation, ArraySpec):
+        raise ValueError(f"an env's spec must be an {valid}, got {spec!r}")
+    shape, num_actions = spec.observation.shape, spec.num_actions
+    try:
+        dtype_ok = np.dtype(spec.observation.dtype) is not None
+    except TypeError:
+        dtype_ok = False
+    sizes_ok = isinstance(shape, (tuple, list)) and all(
+        isinstance(n, (int, np.integer)) and n > 0 for n in shape
+    )
+    count_ok = isinstance(num_actions, (int, np.integer)) and num_actions >= 1
+    if not (dtype_ok and sizes_ok and count_ok):
+        raise ValueError(f"an env's spec must be an {valid}, got {spec!r}")
+
+
 def check_field_types(config) -> None:
     """Raises a one-line ValueError naming a field of the dataclass `config` whose value is not
     of its type (`int`, `float`, `bool`, `str` fields; an int is a float; a bool is only a bool),

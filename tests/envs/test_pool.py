@@ -15,6 +15,7 @@ from tests.fakes import as_from_a_terminal
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import WORKER_NAME, EnvPool, PoolError, SerialPool, env_seeds
 from tfaccel.envs.toy import ScriptedConfig
+from tfaccel.types import ArraySpec, EnvSpec, check_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Alone, after the tests that share the machine (Makefile): these time a pool's start and look for
@@ -545,3 +546,20 @@ def test_a_process_started_with_signals_blocked_holds_them_and_the_caller_keeps_
     )  # fmt: skip
     assert "child blocked SIGINT: True" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "parent caught SIGINT: True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"observation": (4,), "num_actions": 2},  # not an EnvSpec: a 49-line AttributeError
+        EnvSpec(ArraySpec((4,), np.float32), 0),  # no actions: Keras's "units=0" at the head
+        EnvSpec(ArraySpec((0, 4), np.uint8), 2),
+        EnvSpec(ArraySpec((4, 2.5), np.uint8), 2),
+    ],
+    ids=["dict", "no_actions", "empty_axis", "fractional_size"],
+)
+def test_a_malformed_env_spec_is_named_by_the_pool(spec):
+    with pytest.raises(ValueError, match=r"an env's spec must be an EnvSpec\(ArraySpec\(shape, "
+                       r"dtype\), num_actions >= 1\) from tfaccel.types, got "):  # fmt: skip
+        check_spec(spec)
+    check_spec(EnvSpec(ArraySpec((4,), np.float32), 2))  # as an env's should be

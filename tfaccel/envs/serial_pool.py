@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tfaccel.envs.worker import Buffers, reset_envs, step_envs
-from tfaccel.types import Env, EnvSpec, PoolStep
+from tfaccel.types import Env, EnvSpec, PoolStep, check_spec
 
 EnvFactory = Callable[[int], Env]
 
@@ -37,6 +37,7 @@ class GroupQueue:
     """The groups sent and not yet received, in order; shared bookkeeping of both pools."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, num_groups: int):
+        check_spec(spec)
         self.spec, self.num_groups = spec, num_groups
         self.group_size = num_envs // num_groups
         self.pending: list[int] = []
