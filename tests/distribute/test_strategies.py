@@ -57,6 +57,15 @@ def test_shard_splits_rollouts_by_env_and_refuses_uneven_splits():
             "names a 'chief' task",
         ),
         ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', "'chief'"),
+        # no port: TensorFlow's 57-line "Could not parse port for local server"
+        (
+            '{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
+            "entry 'localhost' is not host:port",
+        ),
+        (
+            '{"cluster": {"worker": ["a:1", "b:70000"]}, "task": {"type": "worker", "index": 0}}',
+            "entry 'b:70000' is not host:port",
+        ),
     ],
 )
 def test_malformed_tf_config_is_named(text, message):

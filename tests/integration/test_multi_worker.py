@@ -71,3 +71,33 @@ def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
         time.sleep(0.2)
     alive = [pid for pid in envs if os.path.exists(f"/proc/{pid}")]
     assert not alive, f"processes left behind: {alive}"
+
+
+def test_a_worker_whose_port_is_taken_says_so_in_one_line(tmp_path):
+    """It was TensorFlow's 57-line traceback, 'Could not start gRPC server', naming no port."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tests.integration.test_train import ROOT
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]}
+        config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+        result = subprocess.run(
+            [sys.executable, "bin/train", f"--root_dir={tmp_path / 'run'}",
+             "--gin_file=catch_a2c.gin", "--gin_file=distribute/multi_worker.gin"],
+            cwd=ROOT, env={**os.environ, "TF_CONFIG": config}, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: this worker cannot listen on 127.0.0.1:{port} (its entry in the cluster): the "
+        "port is taken, by another process or an earlier run still ending; free it or give the "
+        "worker another port"
+    ]
+    assert not (tmp_path / "run").exists()

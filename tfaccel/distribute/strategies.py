@@ -62,9 +62,19 @@ def make_strategy(
         resolver = _cluster_resolver(cluster, slurm_port)
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
         with _signal_handlers_kept():
-            return tf.distribute.MultiWorkerMirroredStrategy(
-                cluster_resolver=resolver, communication_options=options
-            )
+            try:
+                return tf.distribute.MultiWorkerMirroredStrategy(
+                    cluster_resolver=resolver, communication_options=options
+                )
+            except tf.errors.UnknownError as error:  # its server could not listen there
+                if "Could not start gRPC server" not in str(error):
+                    raise
+                address = resolver.cluster_spec().task_address("worker", resolver.task_id)
+                raise ValueError(
+                    f"this worker cannot listen on {address} (its entry in the cluster): the "
+                    "port is taken, by another process or an earlier run still ending; free it "
+                    "or give the worker another port"
+                ) from None
     gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
     if kind == "default":
         return tf.distribute.OneDeviceStrategy(gpus[0]) if gpus else tf.distribute.get_strategy()
@@ -156,6 +166,13 @@ def check_tf_config(text: str) -> dict:
             "TF_CONFIG names a 'chief' task: list every process under cluster.worker; "
             f"worker 0 writes the run directory; {expected}"
         )
+    for address in workers:
+        host, _, port = str(address).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"TF_CONFIG's cluster.worker entry {address!r} is not host:port (a port number "
+                f"of 1..65535); {expected}"
+            )
     index = task.get("index")
     if task.get("type") != "worker" or not isinstance(index, int):
         raise ValueError(f"TF_CONFIG has no task type 'worker' with an int index; {expected}")
