@@ -94,8 +94,9 @@ def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu
 
     `mixed_bfloat16` pays on GPUs of compute capability 8.0 and newer and on CPUs with AMX
     (`choose_precision`). With AVX-512 BF16 alone it measured faster on one machine and slower
-    on another, so no warning; without it TensorFlow emulates bfloat16: on a 2-core AVX2 CPU (AMD EPYC) the C51 update at batch 256
-    trained 181 samples/s in bfloat16 against 897 in float32 (learner_speed__avx2.json).
+    on another, so no warning; without it TensorFlow emulates bfloat16: on a 2-core AVX2 CPU
+    (AMD EPYC) the C51 update at batch 256 trained 181 samples/s in bfloat16 against 897 in
+    float32 (learner_speed__avx2.json).
     `cpu_flags` and `gpus` read this machine; tests pass others.
     """
     policy = policy or keras.mixed_precision.global_policy().name

@@ -118,7 +118,8 @@ def check_binding_types() -> None:
         configurable = gin.get_configurable(statement.selector)
         value, name = statement.value, f"{statement.selector}.{statement.arg_name}"
         checked = inspect.isfunction(configurable) or dataclasses.is_dataclass(configurable)
-        if isinstance(value, _Reference) and checked:
+        trainer = statement.selector.rpartition(".")[2] in ("train", "train_off_policy")
+        if isinstance(value, _Reference) and trainer:
             _check_reference(name, statement.arg_name, value)
         if not checked or value is None or isinstance(value, _Reference):
             continue
@@ -157,8 +158,9 @@ _TAKES_A_FACTORY = ("torso", "make_optimizer")
 
 
 def _check_reference(name: str, parameter: str, reference: _Reference) -> None:
-    """A reference bound where the trainers take the other kind: a config class without its
-    parentheses, or a factory with them (either failed deep in the run with a traceback)."""
+    """A reference bound to a trainer's `parameter` that takes the other kind: a config class
+    without its parentheses, or a factory with them (either failed deep in the run with a
+    traceback)."""
     import gin
 
     try:
