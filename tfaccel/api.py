@@ -141,10 +141,12 @@ def _raise_if_stopped(signal_name: str | None, root_dir: str) -> None:
     """After a stop signal the run has saved; the caller stops too, as a Ctrl-C stops any other
     Python code and as `tfaccel-train` exits 130 or 143 (a script of several runs would go on to
     the next one)."""
+    from tfaccel.commands.train import STOPPED_STATUS
+
     if signal_name == "SIGINT":
         raise KeyboardInterrupt(f"stopped by SIGINT; {root_dir} is saved: the same call resumes")
     if signal_name == "SIGTERM":
-        raise SystemExit(128 + 15)
+        raise SystemExit(STOPPED_STATUS["SIGTERM"])
 
 
 def _override_bindings(overrides: dict, trainer: str) -> list[str]:

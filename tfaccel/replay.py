@@ -294,9 +294,8 @@ class ReplayBuffer:
             ValueError: most observations checked are not such stacks of frames.
         """
         previous, self._previous = self._previous, observation.copy()
-        if t == self._stream_start:
+        if t == self._stream_start:  # a stream's first step: nothing before it to compare
             self._stacks_checked = self._stacks_wrong = 0
-        if previous is None or t == self._stream_start:
             return
         went_on = self._end[(t - 1) % self.time] == _NONE  # [B] not a new episode's first step
         moved = (observation[..., :-1] == previous[..., 1:]).all(axis=(1, 2, 3))  # [B]
@@ -595,4 +594,3 @@ class ReplayBuffer:
             "uinteger": w[5],
         }
         self._stream_start = self._count
-        self._previous = None
