@@ -160,17 +160,28 @@ def test_a_centered_policy_exports_and_reloads(tmp_path):
 
 
 def test_auto_precision_is_bfloat16_only_where_the_hardware_computes_it():
-    def choose(flags=("avx2", "fma"), gpus=()):
-        return networks.choose_precision(lambda: set(flags), lambda: list(gpus))[0]
+    def choose(flags=("avx2", "fma"), gpus=(), speedup=1.9):
+        return networks.choose_precision(lambda: set(flags), lambda: list(gpus), lambda: speedup)
 
-    assert choose() == "float32"
-    assert choose(flags=("avx2", "avx512_bf16")) == "float32"  # not faster everywhere there
-    assert choose(flags=("avx512_bf16", "amx_bf16", "amx_tile")) == "mixed_bfloat16"
+    assert choose()[0] == "float32"
+    # AVX-512 BF16 without AMX: as the measured matrix product says
+    precision, why = choose(flags=("avx2", "avx512_bf16"), speedup=1.9)
+    assert precision == "mixed_bfloat16" and "1.90x as fast" in why
+    precision, why = choose(flags=("avx2", "avx512_bf16"), speedup=0.68)
+    assert precision == "float32" and "0.68x" in why and "from 1.4x" in why
+    assert choose(flags=("avx512_bf16", "amx_bf16", "amx_tile"), speedup=0.5)[0] == "mixed_bfloat16"
     assert networks.choose_precision(lambda: None, lambda: [])[0] == "float32"  # flags unknown
     turing, ampere = ("Tesla T4", (7, 5)), ("NVIDIA A100", (8, 0))
-    assert choose(gpus=[ampere]) == "mixed_bfloat16"
-    assert choose(gpus=[ampere, turing], flags=("amx_bf16",)) == "float32"
-    assert choose(gpus=[("GPU 0", None)]) == "float32"  # capability not told: the safe one
+    assert choose(gpus=[ampere])[0] == "mixed_bfloat16"
+    assert choose(gpus=[ampere, turing], flags=("amx_bf16",))[0] == "float32"
+    assert choose(gpus=[("GPU 0", None)])[0] == "float32"  # capability not told: the safe one
+
+
+def test_the_bfloat16_speedup_is_measured_once_per_process():
+    networks.bfloat16_speedup.cache_clear()
+    ratio = networks.bfloat16_speedup()
+    assert 0.01 < ratio < 100  # a ratio of two timings, whatever this CPU
+    assert networks.bfloat16_speedup() is ratio  # kept, not measured again
 
 
 def test_set_precision_says_what_it_chose_and_a_binding_overrides():
@@ -187,11 +198,16 @@ def test_set_precision_says_what_it_chose_and_a_binding_overrides():
 
 
 def test_bfloat16_is_flagged_where_the_machine_would_emulate_it():
-    def warn(policy="mixed_bfloat16", flags=("avx2", "fma"), gpus=()):
-        return networks.precision_warning(policy, lambda: set(flags), lambda: list(gpus))
+    def warn(policy="mixed_bfloat16", flags=("avx2", "fma"), gpus=(), speedup=1.9):
+        return networks.precision_warning(
+            policy, lambda: set(flags), lambda: list(gpus), lambda: speedup
+        )
 
     assert "without AVX-512 BF16 or AMX" in warn() and "'float32'" in warn()
-    assert warn(flags=("avx2", "avx512_bf16")) is None  # faster on one machine, slower on one
+    assert warn(flags=("avx2", "avx512_bf16")) is None  # a product 1.9x as fast in bfloat16
+    slower = warn(flags=("avx2", "avx512_bf16"), speedup=0.68)
+    assert "0.68x as fast" in slower and "'float32'" in slower
+    assert warn(flags=("avx2", "avx512_bf16"), speedup=1.2) is None  # not the faster, not slower
     assert warn(flags=("avx2", "amx_bf16", "amx_tile")) is None
     assert warn(policy="float32") is None  # float32 is never emulated
     assert networks.precision_warning("mixed_bfloat16", lambda: None, lambda: []) is None  # unknown

@@ -14,6 +14,9 @@ variables and the heads stay float32, so losses, logits and Q values are float32
 
 from __future__ import annotations
 
+import functools
+import time
+
 import gin
 import keras
 import numpy as np
@@ -65,14 +68,48 @@ def _gpu_capabilities() -> list[tuple[str, tuple[int, int] | None]]:
     return found
 
 
-def choose_precision(cpu_flags=_cpu_flags, gpus=_gpu_capabilities) -> tuple[str, str]:
+# A bfloat16 matrix product must run at least this many times as fast as a float32 one for
+# `auto` to choose bfloat16 on a CPU with AVX-512 BF16 and no AMX. The C51 update at batch 256
+# followed the product on the three such machines measured (benchmarks/learner_speed.py):
+# products 1.9x and 1.9x as fast gave updates 1.6x and 1.8x as fast; a product 0.68x as fast
+# gave an update 0.71x as fast.
+BFLOAT16_MIN_SPEEDUP = 1.4
+
+
+@functools.cache
+def bfloat16_speedup(size: int = 1024, repeats: int = 3) -> float:
+    """How many times as fast a [size, size] matrix product runs in bfloat16 as in float32 on
+    this machine's CPU (about 0.15 s to measure; the answer is kept for the process). The two
+    are timed in turns and each keeps its best time, so a busy machine slows both alike."""
+    products = {}
+    with tf.device("/CPU:0"):
+        for dtype in (tf.float32, tf.bfloat16):
+            matrix = tf.cast(tf.random.stateless_normal([size, size], seed=(0, 0)), dtype)
+            products[dtype] = tf.function(
+                lambda m=matrix: tf.reduce_sum(tf.cast(tf.matmul(m, m), tf.float32))
+            )
+            products[dtype]().numpy()  # traced and warm
+    best = dict.fromkeys(products, float("inf"))
+    for _ in range(repeats):
+        for dtype, product in products.items():
+            start = time.perf_counter()
+            product().numpy()
+            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return best[tf.float32] / best[tf.bfloat16]
+
+
+def choose_precision(
+    cpu_flags=_cpu_flags, gpus=_gpu_capabilities, speedup=bfloat16_speedup
+) -> tuple[str, str]:
     """The faster precision on this machine and why: `mixed_bfloat16` on GPUs of compute
-    capability 8.0 and newer and on CPUs with AMX, `float32` elsewhere. Measured with
-    benchmarks/learner_speed.py, a C51 update at batch 256 on 2 cores: AMX 84 -> 44 ms in
-    bfloat16 (learner_speed__amx.json); with AVX-512 BF16 and no AMX 128 -> 81 ms on one
-    machine (learner_speed.json) but 128 -> 181 ms on another (learner_speed__avx512.json), so
-    float32 there until measured; AVX2 several times slower (learner_speed__avx2.json).
-    `cpu_flags` and `gpus` read this machine; tests pass others."""
+    capability 8.0 and newer, on CPUs with AMX, and on CPUs with AVX-512 BF16 (and no AMX)
+    where a bfloat16 matrix product measures at least `BFLOAT16_MIN_SPEEDUP` times as fast as
+    float32; `float32` elsewhere. Measured with benchmarks/learner_speed.py, a C51 update at
+    batch 256 on 2 cores: AMX 84 -> 44 ms in bfloat16 (learner_speed__amx.json); AVX-512 BF16
+    without AMX 128 -> 81 ms and 159 -> 88 ms on two machines (learner_speed.json,
+    learner_speed__avx512_bf16.json) but 128 -> 181 ms on a third (learner_speed__avx512.json),
+    hence the measurement there; AVX2 several times slower (learner_speed__avx2.json).
+    `cpu_flags`, `gpus` and `speedup` read this machine; tests pass others."""
     devices = gpus()
     if devices:
         if all(cc and cc >= (8, 0) for _, cc in devices):
@@ -81,23 +118,31 @@ def choose_precision(cpu_flags=_cpu_flags, gpus=_gpu_capabilities) -> tuple[str,
     flags = cpu_flags() or set()
     if "amx_bf16" in flags:
         return "mixed_bfloat16", "auto: this CPU has AMX"
-    if "avx512_bf16" in flags:  # two machines, two answers: measure this one
-        return "float32", (
-            "auto: this CPU has AVX-512 BF16 but no AMX, where bfloat16 measured faster on one "
-            "machine and slower on another; benchmarks/learner_speed.py times both"
+    if "avx512_bf16" in flags:
+        ratio = speedup()
+        measured = (
+            f"auto: this CPU has AVX-512 BF16 without AMX, and a bfloat16 matrix product ran "
+            f"{ratio:.2f}x as fast as float32"
         )
+        if ratio >= BFLOAT16_MIN_SPEEDUP:
+            return "mixed_bfloat16", measured
+        return "float32", f"{measured} (bfloat16 from {BFLOAT16_MIN_SPEEDUP}x)"
     return "float32", "auto: this CPU has neither AMX nor AVX-512 BF16 and would emulate bfloat16"
 
 
-def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu_capabilities):
+def precision_warning(
+    policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu_capabilities, speedup=None
+):
     """Why `policy` (default: the one set) would slow this machine down, or None.
 
     `mixed_bfloat16` pays on GPUs of compute capability 8.0 and newer and on CPUs with AMX
-    (`choose_precision`). With AVX-512 BF16 alone it measured faster on one machine and slower
-    on another, so no warning; without it TensorFlow emulates bfloat16: on a 2-core AVX2 CPU
-    (AMD EPYC) the C51 update at batch 256 trained 181 samples/s in bfloat16 against 897 in
-    float32 (learner_speed__avx2.json).
-    `cpu_flags` and `gpus` read this machine; tests pass others.
+    (`choose_precision`). With AVX-512 BF16 alone it depends on the machine: warned where a
+    bfloat16 matrix product measures slower than float32 (`bfloat16_speedup`; 0.68x on the
+    machine where the C51 update ran 128 -> 181 ms). Without it TensorFlow emulates bfloat16:
+    on a 2-core AVX2 CPU (AMD EPYC) the C51 update at batch 256 trained 181 samples/s in
+    bfloat16 against 897 in float32 (learner_speed__avx2.json).
+    `cpu_flags`, `gpus` and `speedup` (default `bfloat16_speedup`) read this machine; tests
+    pass others.
     """
     policy = policy or keras.mixed_precision.global_policy().name
     if policy != "mixed_bfloat16":
@@ -115,8 +160,14 @@ def precision_warning(policy: str | None = None, cpu_flags=_cpu_flags, gpus=_gpu
     flags = cpu_flags()
     if flags is None or "amx_bf16" in flags:
         return None
-    if "avx512_bf16" in flags:  # faster on one such machine, slower on another: no claim
-        return None
+    if "avx512_bf16" in flags:
+        ratio = (speedup or bfloat16_speedup)()
+        if ratio >= 1.0:
+            return None
+        return (
+            f"mixed_bfloat16 on a CPU with AVX-512 BF16 where a bfloat16 matrix product ran "
+            f"{ratio:.2f}x as fast as float32; {advice}"
+        )
     return (
         "mixed_bfloat16 on a CPU without AVX-512 BF16 or AMX: TensorFlow emulates bfloat16, and "
         f"training is several times slower than in float32; {advice}"
