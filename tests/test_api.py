@@ -61,13 +61,17 @@ def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
         tfaccel.train("nope.gin", str(tmp_path / "y"))
     # Appended to a synchronous config it was ignored: one machine trained alone, the other
     # found the directory held.
-    # With a DQN config or multi_worker.gin, async.gin failed in its learners (31 and 85 lines).
+    # With a DQN config or multi_worker.gin, async.gin failed in its learners (31 and 85 lines);
+    # with mirrored.gin each learner mirrored its one device.
     for configs, message in (
         (["catch_a2c.gin", "distribute/async_machines.gin"],
          r"async_machines.gin works on asynchronous learners: put --gin_file=distribute/async.gin"),
         (["catch_dqn.gin", "distribute/async.gin"], r"the DQN family has no asynchronous mode"),
         (["catch_a3c.gin", "distribute/multi_worker.gin"],
          r"multi_worker.gin does not combine with asynchronous learners"),
+        (["catch_a3c.gin", "distribute/mirrored.gin"],
+         r"mirrored.gin does not combine with asynchronous learners: each learner trains on a "
+         r"device of its own"),
     ):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             tfaccel.train(configs, str(tmp_path / "m"))

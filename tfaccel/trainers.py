@@ -61,7 +61,7 @@ def check_distribution(trainer) -> None:
 
     Raises:
         ValueError: async_machines.gin without asynchronous learners; async.gin with a DQN-family
-            config or with multi_worker.gin.
+            config, with multi_worker.gin or with mirrored.gin.
     """
     if trainer is not launcher.train_async and _bound("train_async.sync_machines"):
         raise ValueError(
@@ -80,6 +80,12 @@ def check_distribution(trainer) -> None:
         raise ValueError(
             "distribute/multi_worker.gin does not combine with asynchronous learners: for "
             "asynchronous learners on several machines use distribute/async_machines.gin"
+        )
+    if _bound("make_strategy.kind") == "mirrored":
+        raise ValueError(
+            "distribute/mirrored.gin does not combine with asynchronous learners: each learner "
+            "trains on a device of its own (GPU i), so there is nothing to mirror; drop "
+            "mirrored.gin, or drop async.gin for synchronous training on every local device"
         )
 
 
