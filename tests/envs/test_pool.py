@@ -1,6 +1,7 @@
 """The env pool: equal to a serial loop, alternating groups, lifecycle, faults, no TensorFlow."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -563,3 +564,51 @@ def test_a_malformed_env_spec_is_named_by_the_pool(spec):
                        r"dtype\), num_actions >= 1\) from tfaccel.types, got "):  # fmt: skip
         check_spec(spec)
     check_spec(EnvSpec(ArraySpec((4,), np.float32), 2))  # as an env's should be
+
+
+class _ReshapedEnv:
+    """A scripted env (uint8 [4, 4, 1] frames) whose observations pass through `reshape`."""
+
+    def __init__(self, seed, reshape):
+        self.inner = ScriptedConfig(height=4, width=4, stack=1, life_length=3)(seed)
+        self.spec, self.reshape = self.inner.spec, reshape
+
+    def reset(self):
+        return self.reshape(self.inner.reset())
+
+    def step(self, action):
+        result = self.inner.step(action)
+        return result._replace(observation=self.reshape(result.observation))
+
+    @property
+    def game(self):
+        return self.inner.game
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.parametrize(
+    "reshape, problem",
+    [
+        (lambda o: o / 255.0, "dtype float64 and shape (4, 4, 1)"),  # would have been all 0 or 1
+        (lambda o: o[..., 0], "dtype uint8 and shape (4, 4)"),
+        (lambda o: np.uint8(7), "dtype uint8 and shape ()"),  # would have filled the row
+    ],
+)
+def test_an_observation_the_spec_does_not_describe_is_refused_not_cast(reshape, problem):
+    pool = SerialPool(lambda seed: _ReshapedEnv(seed, reshape), 2)
+    with pytest.raises(PoolError, match=rf"env 0 returned an observation of {re.escape(problem)}, "
+                       r"but its spec says uint8 \(4, 4, 1\): return np.asarray"):  # fmt: skip
+        pool.reset()
+
+
+def test_an_observation_that_casts_without_loss_goes_in():
+    as_ints = SerialPool(lambda seed: _ReshapedEnv(seed, lambda o: o.astype(np.int64)), 2)
+    exact = SerialPool(lambda seed: _ReshapedEnv(seed, lambda o: o), 2)
+    np.testing.assert_array_equal(as_ints.reset().observation, exact.reset().observation)
+    for _ in range(5):  # through the end of a life and a reset inside step
+        np.testing.assert_array_equal(
+            as_ints.step(np.zeros(2, np.int32)).observation,
+            exact.step(np.zeros(2, np.int32)).observation,
+        )

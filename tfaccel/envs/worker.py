@@ -76,10 +76,41 @@ class Buffers:
         return PoolStep(*(self.arrays[name][rows] for name in PoolStep._fields))
 
 
+def _fitted(observation, array: np.ndarray, i: int):
+    """`observation` as it can go into row `i` of `array` (the pool's observations).
+
+    Exactly the spec's dtype and shape is the fast path; another dtype goes in when numpy casts
+    it within its kind (float64 into float32) or the cast keeps every value (Python ints into
+    uint8); anything else would be changed without a word by numpy's assignment (0.5 into a
+    uint8 is 0, a scalar fills the whole row).
+
+    Raises:
+        PoolError: an observation of another shape, or one the cast would change.
+    """
+    dtype, shape = array.dtype, array.shape[1:]
+    if (
+        getattr(observation, "dtype", None) == dtype
+        and getattr(observation, "shape", None) == shape
+    ):
+        return observation
+    given = np.asarray(observation)
+    if given.shape == shape:
+        if np.can_cast(given.dtype, dtype, "same_kind"):
+            return given
+        cast = given.astype(dtype)
+        if np.array_equal(cast, given):
+            return cast
+    raise PoolError(
+        f"env {i} returned an observation of dtype {given.dtype} and shape {given.shape}, but "
+        f"its spec says {dtype} {shape}: return np.asarray(observation, {dtype.name!r}) of that "
+        "shape, or declare the spec the env has"
+    )
+
+
 def reset_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> None:
     """Resets `envs` and writes their first observations at `indices`; clears their flags."""
     for env, i in zip(envs, indices, strict=True):
-        buffers.observation[i] = env.reset()
+        buffers.observation[i] = _fitted(env.reset(), buffers.observation, i)
         buffers.reward[i] = 0.0
         buffers.terminated[i] = buffers.truncated[i] = buffers.game_over[i] = False
 
@@ -102,16 +133,18 @@ def step_envs(envs: Sequence[Env], indices: Sequence[int], buffers: Buffers) -> 
             buffers.terminated[i] = result.terminated
             buffers.truncated[i] = result.truncated
             if ended:
-                buffers.final_observation[i] = result.observation
+                buffers.final_observation[i] = _fitted(result.observation, buffers.observation, i)
                 game = env.game
                 buffers.game_over[i] = game.over
                 if game.over:
                     buffers.game_return[i] = game.score
                     buffers.game_length[i] = game.length
-                buffers.observation[i] = env.reset()
+                buffers.observation[i] = _fitted(env.reset(), buffers.observation, i)
             else:
                 buffers.game_over[i] = False
-                buffers.observation[i] = result.observation
+                buffers.observation[i] = _fitted(result.observation, buffers.observation, i)
+        except PoolError:
+            raise
         except Exception as error:
             raise PoolError(f"env {i} raised {type(error).__name__}: {error}") from error
 
