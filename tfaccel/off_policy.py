@@ -137,7 +137,9 @@ def train_off_policy(
     # Several machines: as in `on_policy.train`, each worker acts and replays on its own envs.
     team = strategies.SyncTeam(strategy)
     chief, seed = team.chief, team.seed(settings.seed)
-    run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
+    run_dir, log, eval_log = run_dirs.open_run(
+        root_dir, team, precision, strategies.describe(strategy)
+    )
     frame_skip = getattr(env, "frame_skip", 1)
     atoms = dqn.support(algorithm) if algorithm.num_atoms > 1 else None
     with run_dirs.held(run_dir), runner.make_pool(env, seed, layout) as pool:

@@ -89,7 +89,9 @@ def train(
     # the chief owns root_dir, the others keep their state in their own directory below it.
     team = team or strategies.SyncTeam(strategy)
     learners, chief, seed = team.learners, team.chief, team.seed(settings.seed)
-    run_dir, log, eval_log = run_dirs.open_run(root_dir, team, precision)
+    run_dir, log, eval_log = run_dirs.open_run(
+        root_dir, team, precision, strategies.describe(strategy)
+    )
     frame_skip = getattr(env, "frame_skip", 1)
     with run_dirs.held(run_dir), runner.make_pool(env, seed, layout) as pool:
         frames_per_rollout = frame_skip * horizon * pool.group_size * learners

@@ -20,10 +20,13 @@ from tfaccel import checkpoint, evaluate, export, gin_configs, networks
 from tfaccel.logger import MetricsLogger
 
 
-def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, MetricsLogger]:
+def open_run(
+    root_dir: str, team, precision: str, devices: str = ""
+) -> tuple[str, MetricsLogger, MetricsLogger]:
     """This process's run directory (created) and its metrics and eval loggers; only the chief
     of the processes training together shows progress. The log starts with the `precision`
-    line (`networks.set_precision`), and a warning if this machine only emulates it."""
+    line (`networks.set_precision`), a warning if this machine only emulates it, and the
+    `devices` line (`strategies.describe`)."""
     run_dir = team.run_dir(root_dir)
     if (top := _topmost_missing(run_dir)) is not None:
         _created[os.path.realpath(run_dir)] = top
@@ -34,6 +37,8 @@ def open_run(root_dir: str, team, precision: str) -> tuple[str, MetricsLogger, M
     log.message(precision)
     if warning := networks.precision_warning():
         log.message(f"warning: {warning}")
+    if devices:
+        log.message(devices)
     return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
 
 

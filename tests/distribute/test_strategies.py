@@ -80,6 +80,10 @@ def test_check_tf_config_accepts_a_two_worker_cluster():
     assert strategies.check_tf_config(text)["task"]["index"] == 1
 
 
+def test_the_default_strategy_needs_no_devices_line():
+    assert strategies.describe(tf.distribute.get_strategy()) == ""
+
+
 def test_unknown_strategy_kind_lists_the_valid_ones():
     with pytest.raises(ValueError, match="valid kinds: default, mirrored, multi_worker"):
         strategies.make_strategy("parameter_server")
@@ -88,6 +92,7 @@ def test_unknown_strategy_kind_lists_the_valid_ones():
 EQUIVALENCE = """
 from tfaccel.distribute import asynchronous, strategies
 mirrored = strategies.make_strategy("mirrored", logical_cpus=2)
+print("devices", strategies.describe(mirrored))
 import keras, numpy as np, tensorflow as tf
 from tests.algorithms.test_a2c import TinyNetwork, random_rollout
 from tests.algorithms.test_dqn import TinyQNetwork, random_batch
@@ -166,6 +171,10 @@ print("dqn", worst(*q_agents), replicas_agree(q_agents[1]))
 
 def test_mirrored_update_equals_one_device_on_the_whole_batch_and_skips_together():
     lines = dict(line.split(" ", 1) for line in run_fresh(EQUIVALENCE).splitlines() if " " in line)
+    assert lines["devices"] == (
+        "devices: CPU:0, CPU:1 (2 replicas: each computes 1/2 of every batch, and their "
+        "gradients are averaged)"
+    )
     replicas, a2c_difference, a2c_agree = lines["a2c"].split()
     assert replicas == "2" and a2c_agree == "True"
     assert float(a2c_difference) <= 1e-5

@@ -192,6 +192,27 @@ def local_replicas(strategy: tf.distribute.Strategy) -> int:
         return 1
 
 
+def describe(strategy: tf.distribute.Strategy) -> str:
+    """One line for the log: the devices this process trains on and, with several replicas,
+    how they share the work; e.g. `devices: CPU:0, CPU:1 (2 replicas: each computes 1/2 of
+    every batch, and their gradients are averaged)`. Empty for TensorFlow's default strategy
+    (the CPU, when there is no GPU), which needs no line."""
+    try:
+        names = [device.rsplit("device:", 1)[-1] for device in strategy.extended.worker_devices]
+    except RuntimeError:  # the default strategy
+        return ""
+    line = f"devices: {', '.join(names)}"
+    replicas = len(names) * num_workers(strategy)
+    if replicas == 1:
+        return line
+    workers = num_workers(strategy)
+    where = f"{len(names)} here x {workers} workers = " if workers > 1 else ""
+    return (
+        f"{line} ({where}{replicas} replicas: each computes 1/{replicas} of every batch, and "
+        "their gradients are averaged)"
+    )
+
+
 def check_split(strategy: tf.distribute.Strategy, size: int, what: str) -> None:
     """Raises a ValueError naming `what` unless `size` splits evenly among the local replicas."""
     count = local_replicas(strategy)
