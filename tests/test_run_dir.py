@@ -241,3 +241,17 @@ def test_a_filesystem_without_locks_trains_unguarded(tmp_path, monkeypatch):
     monkeypatch.setattr(fcntl, "flock", refused)
     run_dir.take_lock(str(tmp_path))  # no error
     assert os.path.realpath(tmp_path) not in run_dir._held
+
+
+def test_the_commands_resume_hint_finds_a_checkpoint_of_any_process_of_the_run(tmp_path):
+    from tfaccel.commands.train import _has_checkpoint
+
+    root = tmp_path / "run[1]"  # glob characters in the path are taken literally
+    assert not _has_checkpoint(str(root))
+    (root / "checkpoints").mkdir(parents=True)
+    assert not _has_checkpoint(str(root))  # an empty checkpoints directory is not a checkpoint
+    for below in ("", "worker-1", "machine-1/learner-1"):
+        place = tmp_path / f"copy{len(below)}"
+        (place / below / "checkpoints").mkdir(parents=True)
+        (place / below / "checkpoints" / "checkpoint").write_text("")
+        assert _has_checkpoint(str(place)), below

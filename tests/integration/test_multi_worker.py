@@ -66,6 +66,9 @@ def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
     assert workers[0].returncode != 0
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: a worker of the multi-worker run stopped answering"), last
+    # It stopped before its first checkpoint: no "resume from the last checkpoint" then.
+    assert not (tmp_path / "checkpoints" / "checkpoint").exists()
+    assert last.endswith("no checkpoint was saved yet: restart every worker with the same command")
     deadline = time.time() + 15  # the forkserver and env workers exit once the trainer is gone
     while any(os.path.exists(f"/proc/{pid}") for pid in envs) and time.time() < deadline:
         time.sleep(0.2)

@@ -10,6 +10,7 @@ a user error, 130 after Ctrl-C and 143 after SIGTERM (a checkpoint was saved: th
 resumes), so that `tfaccel-train ... && tfaccel-eval ...` stops at an interrupted run.
 """
 
+import glob
 import os
 import sys
 
@@ -71,11 +72,11 @@ def main(argv=None) -> int:
         # the error was raised).
         commands.fail(commands.first_line(error))
     except PoolError as error:  # env workers kept failing; the run saved a checkpoint first
-        saved = os.path.exists(os.path.join(flags.root_dir, "checkpoints", "checkpoint"))
         then = (
-            "checkpoint saved: fix the env, then run the same command to resume" if saved else
-            "nothing was trained: fix the env, then run the command again"
-        )  # fmt: skip
+            "checkpoint saved: fix the env, then run the same command to resume"
+            if _has_checkpoint(flags.root_dir)
+            else "nothing was trained: fix the env, then run the command again"
+        )
         commands.fail(f"{commands.first_line(error)}; {then}")
     except RuntimeError as error:  # gin: no algorithm config gave `train` its env and loss
         commands.fail(str(gin_configs.no_algorithm(error) or commands.first_line(error)))
@@ -83,13 +84,28 @@ def main(argv=None) -> int:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         telling = [line for line in lines if "abort" in line or "connect" in line.lower()]
         cause = (telling or lines or [""])[0][:160]
+        then = (
+            "restart every worker with the same command to resume from the last checkpoint"
+            if _has_checkpoint(flags.root_dir)
+            else "no checkpoint was saved yet: restart every worker with the same command"
+        )
         commands.fail(
             "a worker of the multi-worker run stopped answering, so this one stops too "
-            f"({type(error).__name__}: {cause}); restart every worker with the same command to "
-            "resume from the last checkpoint"
+            f"({type(error).__name__}: {cause}); {then}"
         )
     print_summary(summary, flags.root_dir)
     return STOPPED_STATUS.get(summary.get("stopped_by"), 0)
+
+
+def _has_checkpoint(root_dir: str) -> bool:
+    """Whether the run in `root_dir` saved a checkpoint: its own, or one in the directories
+    below it where a worker, a machine or a learner that is not the first keeps its state
+    (`worker-<i>`, `machine-<m>`, `learner-<i>`)."""
+    root = glob.escape(root_dir)
+    return any(
+        glob.glob(os.path.join(root, *["*"] * depth, "checkpoints", "checkpoint"))
+        for depth in range(3)
+    )
 
 
 def print_summary(summary: dict, root_dir: str) -> None:
