@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 
+import gin
 import numpy as np
 import pytest
 
 import tfaccel
 from tests.fakes import as_from_a_terminal
+from tfaccel.algorithms import a2c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,6 +53,27 @@ def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "a2c"))  # already done
     assert again.summary["env_frames"] == a2c.summary["env_frames"]
+
+
+@gin.configurable
+def scaled_a2c_loss(network, rollout, config, scale=1.0):
+    """The A2C loss times `scale`: a configurable loss with a setting of its own."""
+    loss, metrics = a2c.loss(network, rollout, config)
+    return loss * scale, metrics
+
+
+def test_a_configurable_losss_own_settings_are_recorded_and_compared_on_resume(tmp_path, capfd):
+    """They are called only inside the first update, after operative_config.gin was written: the
+    file lacked them, and a resume with another value went on without a word."""
+    loss = ["train.loss_fn = @scaled_a2c_loss", "scaled_a2c_loss.scale = 0.5"]
+    tfaccel.train(["catch_a2c.gin", "smoke.gin"], str(tmp_path), loss)
+    recorded = (tmp_path / "operative_config.gin").read_text()
+    assert "scaled_a2c_loss.scale = 0.5" in recorded
+    assert "train_off_policy" not in recorded  # smoke.gin's other family: not this run's
+    capfd.readouterr()
+    loss[1] = "scaled_a2c_loss.scale = 0.25"
+    tfaccel.train(["catch_a2c.gin", "smoke.gin"], str(tmp_path), loss, total_frames=4_000)
+    assert "scaled_a2c_loss.scale: 0.5 -> 0.25" in capfd.readouterr().out
 
 
 def test_an_unknown_override_names_the_trainers_parameters(tmp_path):

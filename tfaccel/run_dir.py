@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 import tokenize
@@ -334,6 +335,41 @@ def checkpoints(run_dir: str, logs, frame_skip: int, team, **trackables):
     return counters, saver, resume(saver, run_dir, logs, counters, frame_skip, team)
 
 
+TRAINERS = ("train", "train_off_policy", "train_async")
+
+
+def _blocks(text: str) -> dict[str, str]:
+    """A gin config as gin prints it, by configurable: `{"scope/name": its block of text}`."""
+    found = {}
+    for block in re.split(r"^(?=# Parameters for )", text, flags=re.M):
+        if match := re.match(r"# Parameters for (\S+):", block):
+            found[match.group(1)] = block
+    return found
+
+
+def run_settings(team_config: str = "") -> str:
+    """What a run's `operative_config.gin` holds: gin's operative config (the settings of every
+    configurable called so far, defaults included), `team_config` (the launcher's, for an
+    asynchronous learner), then the bindings of the configurables not called yet. Those are
+    the ones called inside the first update, such as a configurable loss's own settings, which
+    a file written before it would lack: a resume with other values would go unnoticed."""
+    operative = gin.operative_config_str() + team_config
+    called = _blocks(operative)
+    pending = [
+        block
+        for name, block in _blocks(gin.config_str()).items()
+        # The trainers run before this: one not called is the other family's (`smoke.gin`
+        # binds both).
+        if name not in called and name.rsplit("/", 1)[-1] not in TRAINERS
+    ]
+    if not pending:
+        return operative
+    return (
+        f"{operative}\n# Bound, not called before the run started (a configurable loss's "
+        f"settings, called in its first update):\n\n{''.join(pending)}"
+    )
+
+
 def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | None:
     """Restores the latest checkpoint (if any; returns its path), writes the run's
     `operative_config.gin`, and rewinds metrics.csv and eval.csv to the restored frames, so the
@@ -343,7 +379,7 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
     rate, or a network option that adds no variable, which the checkpoint cannot tell) goes on
     with the new ones, after a warning naming each change; the previous operative config is
     kept as `operative_config.<frames>.gin`."""
-    config = gin.operative_config_str() + getattr(team, "operative_config", "")
+    config = run_settings(getattr(team, "operative_config", ""))
     check_same_algorithm(run_dir, config)
     tick = time.perf_counter()
     try:
