@@ -567,6 +567,11 @@ def main() -> int:
         parser.error(f"unknown games {sorted(games - set(GAMES))}; valid: {', '.join(GAMES)}")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.action != "run" and not os.path.isdir(args.root):
+        parser.error(
+            f"--root {args.root} is not a directory: give the suite's run directories (`run` "
+            f"makes them) or the kept logs, {os.path.relpath(KEPT)}"
+        )
     todo = jobs(only or None, games or None)
     if args.action == "run":
         return run_grid(args.root, todo, args.jobs, args.hours)
@@ -578,12 +583,16 @@ def main() -> int:
         return 0
     if args.action == "keep":
         copied, further = keep(args.root, todo)
+        if not copied and not further:
+            print(f"suite: no run under {args.root} has logs to keep")
         for label in copied:
             print(f"suite: kept the logs of {label} in {os.path.relpath(KEPT)}")
         for label in further:
             print(f"suite: {label}: the kept logs went further than the run directory; kept")
         return 0
     entries = summarize(args.root)
+    if not any(entry["seeds"] for entry in entries):  # would overwrite the summary with blanks
+        parser.error(f"no run of the suite under {args.root}: nothing to summarize")
     os.makedirs(args.out, exist_ok=True)
     results_file.write_json(os.path.join(args.out, "summary.json"), {"entries": entries})
     draw(entries, os.path.join(args.out, "summary.png"))

@@ -144,3 +144,26 @@ def test_a_seed_short_of_the_others_does_not_cut_their_curve():
     assert grid[-1] == 40_000_000  # not 600k
     assert mean[-1] == low[-1] == high[-1] == 20.0  # the finished seed alone there
     assert low[0] == high[0] == mean[0] == -21.0
+
+
+def test_a_root_without_runs_is_refused_and_leaves_the_results_as_they_were(tmp_path, capsys):
+    """`summary` of a missing root wrote an all-blank summary over the committed one."""
+    out = tmp_path / "out"
+
+    def main(*args):
+        sys_argv = sys.argv
+        sys.argv = ["suite.py", *args, f"--out={out}"]
+        try:
+            return suite.main()
+        finally:
+            sys.argv = sys_argv
+
+    for action in ("summary", "keep", "list"):
+        with pytest.raises(SystemExit) as stopped:
+            main(action, f"--root={tmp_path / 'missing'}")
+        assert stopped.value.code == 2
+        assert "is not a directory: give the suite's run directories" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit):
+        main("summary", f"--root={tmp_path / 'empty'}")
+    assert "no run of the suite under" in capsys.readouterr().err and not out.exists()
