@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.algorithms.test_a2c import TinyNetwork, random_rollout
@@ -230,3 +231,14 @@ def test_warm_up_rises_linearly_then_follows_the_rate_or_its_decay():
     variable, adam = tf.Variable([1.0]), learner.FusedAdam(constant)
     adam.apply_gradients([(tf.constant([0.3]), variable)])
     np.testing.assert_allclose(variable.numpy(), [1.0 - 1e-3], atol=1e-8)
+
+
+@pytest.mark.parametrize("rate", [-1e-3, 0, 0.0, float("nan"), float("inf"), "7e-4", True])
+def test_a_learning_rate_that_is_not_a_positive_number_is_refused(rate):
+    with pytest.raises(ValueError, match=r"train.learning_rate must be a positive number"):
+        learner.check_learning_rate(rate, "train.learning_rate")
+
+
+def test_a_positive_learning_rate_passes():
+    for rate in (7e-4, 1, np.float32(1e-4)):
+        learner.check_learning_rate(rate, "train.learning_rate")

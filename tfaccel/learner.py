@@ -16,6 +16,7 @@ replicas a second time; `_skip_optimizer_all_reduce` spares that collective wher
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 import keras
@@ -79,6 +80,14 @@ def _handle(variable) -> tf.Tensor:
     if isinstance(variable, tf.distribute.DistributedValues):
         variable = variable._get_on_device_or_primary()
     return variable.handle
+
+
+def check_learning_rate(learning_rate, name: str) -> None:
+    """Raises a one-line ValueError unless `learning_rate` (bound as `name`) is a positive,
+    finite number: a negative rate climbs the loss, and 0 trains nothing."""
+    valid = isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool)
+    if not (valid and 0 < learning_rate < float("inf")):
+        raise ValueError(f"{name} must be a positive number (e.g. 7e-4), got {learning_rate!r}")
 
 
 def linear_decay(

@@ -81,6 +81,7 @@ def train(
     """
     settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
+    learner.check_learning_rate(learning_rate, "train.learning_rate")
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, layout.group_size, "the number of envs per group")

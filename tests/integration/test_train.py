@@ -575,6 +575,10 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             "gin file 'no_such.gin' not found; configs in gin_configs/: a2c.gin",
         ),
         (["--gin_bindings=PoolConfig.num_groups = 3"], "num_groups must be 1 or 2, got 3"),
+        (  # it trained, climbing the loss
+            ["--gin_bindings=train.learning_rate = -1e-3"],
+            "train.learning_rate must be a positive number (e.g. 7e-4), got -0.001",
+        ),
         (
             ["--gin_bindings=A2CConfig.entropy_cost = '0.01'"],
             "A2CConfig.entropy_cost = '0.01': it must be a float",
