@@ -90,6 +90,11 @@ def test_progress_refreshes_on_a_terminal_with_a_smoothed_rate_and_an_eta(tmp_pa
     piped = io.StringIO()  # not a terminal: no refresh between log rows, plain lines
     quiet = Progress(MetricsLogger(str(tmp_path), stream=piped), 100, 4, 0, now=lambda: 1e9)
     assert not quiet.due()
+    # A resumed run's clock goes on from the training time of its checkpoint; it restarted at 0.
+    resumed = Progress(log, 1_000_000, 4, 500_000, now=lambda: now[0], trained_seconds=3_600)
+    now[0] = 108.0
+    resumed.show(520_000, 3.5, (0.1, 0.2, 0.7))
+    assert "520,000/1,000,000 frames  1:00:02  " in screen.getvalue()
 
 
 def test_a_cut_last_row_blank_lines_and_hand_edits_are_dropped_with_the_files_name(tmp_path):

@@ -160,7 +160,7 @@ def clock(seconds: float) -> str:
 
 class Progress:
     """The progress display of a run: on a terminal it refreshes every `every` seconds, not only
-    at log rows, with the time since the start, the rate (smoothed over the last refreshes), its
+    at log rows, with the training time (across resumes: `trained_seconds` before this start), the rate (smoothed over the last refreshes), its
     split, the score and an h:mm ETA; elsewhere (a log file, CI) one plain line per log row.
 
     Example: `12,000/20,000 frames  0:05:12  410 steps/s (env 4% infer 19% learn 76%)  score 14.2
@@ -168,11 +168,12 @@ class Progress:
     """
 
     def __init__(self, log: MetricsLogger, total_frames: int, frame_skip: int, frames: int,
-                 every: float = 2.0, now=time.monotonic):  # fmt: skip
+                 every: float = 2.0, now=time.monotonic, trained_seconds: float = 0.0):  # fmt: skip
         self._log, self._total, self._skip, self._every, self._now = (
             log, total_frames, frame_skip, every, now
         )  # fmt: skip
         self._start = self._then = now()
+        self._start -= trained_seconds  # a resumed run's clock goes on from its checkpoint
         self._frames, self._rate = frames, None
 
     def due(self) -> bool:

@@ -240,7 +240,9 @@ class Loop:
         self.start = self._last_time = time.perf_counter()
         self.learn_seconds = 0.0
         self.metrics: dict = {}
-        self._display = Progress(log, settings.total_frames, frame_skip, self.frames)
+        self._display = Progress(
+            log, settings.total_frames, frame_skip, self.frames, trained_seconds=self.base_wall
+        )
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
