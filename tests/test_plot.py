@@ -33,7 +33,7 @@ def test_runs_alike_up_to_the_seed_are_one_curve_with_a_range(tmp_path):
     ]
     other = make_run(tmp_path / "a2c", ["nan", -20, -20], config="train.learning_rate = 0.001")
     by_frames = plot.curves([plot.load_run(d) for d in [*seeds, other]], axis="frames")
-    assert [c.label for c in by_frames] == ["ppo_s (2 seeds)", "a2c"]
+    assert [c.label for c in by_frames] == ["ppo (2 seeds)", "a2c"]
     pair = by_frames[0]
     assert pair.x[0] == 1000 and pair.x[-1] == 3000
     assert pair.mean[0] == -20 and pair.mean[-1] == 0  # (-21 - 19) / 2, (-5 + 5) / 2
@@ -49,7 +49,7 @@ def test_bin_plot_writes_a_png_and_names_bad_directories(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "c51: 0.0M frames, final 3.0, best 3.0" in done.stdout
+    assert "c51: 3,000 frames, final 3.0, best 3.0" in done.stdout  # it said 0.0M
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run(
         [sys.executable, "bin/plot", f"--run_dir={tmp_path}", f"--out={out}"],
@@ -70,6 +70,14 @@ def test_bin_plot_writes_a_png_and_names_bad_directories(tmp_path):
     ]
     with pytest.raises(ValueError, match="out must be a file name, got .*, which is a directory"):
         plot.plot([run], str(tmp_path))
+    # Without an extension matplotlib wrote curves.png while the command said it wrote curves.
+    bare = tmp_path / "curves"
+    plot.plot([run], str(bare))
+    assert (
+        bare.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "curves.png.png").exists()
+    )
+    plot.plot([run], str(tmp_path / "curves.svg"))
+    assert b"<svg" in (tmp_path / "curves.svg").read_bytes()[:500]
 
 
 def test_a_run_without_finished_games_is_named(tmp_path):
@@ -89,7 +97,7 @@ def test_plot_leaves_out_a_run_without_finished_games_and_says_so(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"warning: left out: {fresh}/metrics.csv has no finished games yet" in done.stderr
-    assert "played: 0.0M frames, final 3.0" in done.stdout and out.exists()
+    assert "played: 3,000 frames, final 3.0" in done.stdout and out.exists()
 
 
 def test_plot_of_runs_without_any_finished_game_draws_the_axes_and_warns_once(tmp_path):

@@ -115,7 +115,9 @@ def curves(runs: list[Run], axis: str = "frames", points: int = 200) -> list[Cur
 
 
 def _common_name(names: list[str]) -> str:
-    prefix = os.path.commonprefix(names).rstrip("_-.")
+    """What the names of a run's seeds share, without the seed's marker: `pong_s0`, `pong_s1`
+    -> `pong`; `pong_seed1`, `pong_seed2` -> `pong`."""
+    prefix = re.sub(r"[_\-.]+(seed|s)?$", "", os.path.commonprefix(names)).rstrip("_-.")
     return prefix or names[0]
 
 
@@ -155,8 +157,8 @@ def plot(
     target: float | None = None,
     warn=print,
 ):
-    """Writes a PNG with score against frames (left) and against wall time (right) of the runs
-    with a finished game (`load_runs`: the others are left out with a warning).
+    """Writes to `out` a figure (PNG, or the format its extension names: `.svg`, `.pdf`) with
+    score against frames (left) and against wall time (right) of the runs with a finished game (`load_runs`: the others are left out with a warning).
 
     When no run has a finished game yet (a smoke run's 2,000 frames of Pong), the figure has its
     axes and, in each panel, a note naming the runs; one `warn(...)` line says so.
@@ -207,6 +209,8 @@ def plot(
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(out, dpi=100)
+    # Exactly at `out`: without an extension matplotlib would add one, and the commands that
+    # report `out` would name a file that does not exist.
+    figure.savefig(out, dpi=100, format=os.path.splitext(out)[1][1:].lower() or "png")
     plt.close(figure)
     return frame_curves

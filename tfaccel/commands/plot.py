@@ -42,8 +42,10 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as error:  # OSError: --out cannot be written (a full disk)
         commands.fail(commands.first_line(error))
     for curve in curves:
+        frames = curve.x[-1]
+        reached = f"{frames / 1e6:.1f}M" if frames >= 1e6 else f"{frames:,.0f}"
         print(
-            f"{curve.label}: {curve.x[-1] / 1e6:.1f}M frames, final {curve.mean[-1]:.1f}, "
+            f"{curve.label}: {reached} frames, final {curve.mean[-1]:.1f}, "
             f"best {curve.mean.max():.1f}"
         )
     print(f"wrote {flags.out}")
