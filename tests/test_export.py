@@ -364,3 +364,19 @@ def test_a_policy_that_cannot_be_written_is_one_line_and_the_old_one_stays(tmp_p
         export.export_policy(scripted_network(), None, path)
     assert (tmp_path / "policy" / "tfaccel_policy.json").read_text() == before
     assert os.listdir(tmp_path) == ["policy"]  # no part left beside it
+
+
+def test_evaluating_a_non_atari_policy_says_what_works_instead(tmp_path):
+    """It said the policy was "exported without an env_config", which names no user setting."""
+    from tfaccel import evaluate
+
+    path = str(tmp_path / "policy")
+    export.export_policy(scripted_network(), None, path)
+    with pytest.raises(ValueError, match=r"is the policy of a non-Atari env .* evaluation plays "
+                       r"Atari games only: play it on your env with tfaccel.load_policy"):  # fmt: skip
+        evaluate.evaluate(path, episodes=1)
+    played = subprocess.run(
+        [sys.executable, "-m", "tfaccel.policy_client", path],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert played.returncode != 0 and "is the policy of a non-Atari env" in played.stderr

@@ -90,8 +90,9 @@ def evaluate(
     preprocessing = metadata.get("preprocessing")
     if preprocessing is None:
         raise ValueError(
-            f"{policy_dir} describes no Atari preprocessing (it was exported without an "
-            "env_config), so it cannot be evaluated on Atari"
+            f"{policy_dir} is the policy of a non-Atari env (its tfaccel_policy.json has no "
+            "Atari preprocessing), and evaluation plays Atari games only: play it on your env "
+            "with tfaccel.load_policy(dir)(observations)"
         )
     if sample:
         policy_client.check_can_sample(metadata, policy_dir)

@@ -509,7 +509,10 @@ def main(argv: list[str] | None = None) -> None:
         _check_arguments(args.episodes, args.epsilon, args.seed)
         policy, metadata = load_policy(args.policy_dir)
         if metadata.get("preprocessing") is None:
-            raise ValueError(f"{args.policy_dir} describes no Atari preprocessing")
+            raise ValueError(
+                f"{args.policy_dir} is the policy of a non-Atari env: this client plays Atari "
+                "games only; call load_policy(dir) and feed it your env's observations"
+            )
         if args.sample:
             check_can_sample(metadata, args.policy_dir)
         records = play_games(
