@@ -1,5 +1,9 @@
 """The guards of a run: the dead-network watch."""
 
+import os
+import signal
+import time
+
 from tests.fakes import Log
 from tfaccel import guards
 
@@ -43,3 +47,23 @@ def test_dead_network_watch_warns_once_about_a_nearly_flat_output_for_a_million_
         watch.check({"value_std": 0.005}, frames)
     assert len(log.messages) == 1 and watch.warned_weak and not watch.warned
     assert "hardly depended on its input since 910,000 frames" in log.messages[0]
+
+
+def test_a_stop_request_turns_signals_into_a_flag_and_keeps_an_inherited_ignore():
+    """Started with SIGINT ignored (`cmd &` in a script), a run ignored a Ctrl-C while it started
+    up but stopped on one while it trained."""
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with guards.StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.signal_name == "SIGINT"  # Python runs the handler before the next line
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with guards.StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert stop.signal_name is None
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

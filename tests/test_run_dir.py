@@ -255,3 +255,21 @@ def test_the_commands_resume_hint_finds_a_checkpoint_of_any_process_of_the_run(t
         (place / below / "checkpoints").mkdir(parents=True)
         (place / below / "checkpoints" / "checkpoint").write_text("")
         assert _has_checkpoint(str(place)), below
+
+
+def test_evaluations_asked_of_a_non_atari_env_are_refused_with_a_warning():
+    """`RunConfig.eval_episodes = 2` on Catch was ignored without a word."""
+    from tfaccel.envs.atari import AtariConfig
+    from tfaccel.envs.toy import CatchConfig
+
+    log = Log()
+    said = log.messages
+    pong = AtariConfig(game="pong")
+    assert run_dir.atari_of(pong, 2, log) is pong and said == []
+    assert run_dir.atari_of(CatchConfig(), 0, log) is None and said == []  # none asked for
+    assert run_dir.atari_of(CatchConfig(), 2, log) is None
+    assert said == [
+        "warning: RunConfig.eval_episodes = 2 is ignored: evaluation plays Atari games only (the "
+        "metrics' episode_return_raw_mean is this env's score)"
+    ]
+    assert run_dir.atari_of(CatchConfig(), 2, False) is None  # not the chief: nothing to say

@@ -46,7 +46,10 @@ class StopRequest:
 
     def __enter__(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
+            # A signal the process was started ignoring (SIGINT under `cmd &` in a script, as
+            # POSIX shells start background jobs) stays ignored, as it is while the run starts.
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._handle)
         self.signal_name, StopRequest._early = StopRequest._early, None
         return self
 

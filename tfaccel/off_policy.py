@@ -25,7 +25,6 @@ from tfaccel import console, learner, networks, replay_files, runner
 from tfaccel import run_dir as run_dirs
 from tfaccel.algorithms import dqn
 from tfaccel.distribute import strategies
-from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import PoolError
 from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report_faults, saved_on
 from tfaccel.prefetch import Prefetcher
@@ -165,7 +164,7 @@ def train_off_policy(
         if restored and checkpoint_replay:
             loaded = replay_files.restore(saver.directory, restored, replays)
             log.message("replay restored" if loaded else "no replay saved with it: refilling")
-        atari = env if isinstance(env, AtariConfig) else None
+        atari = run_dirs.atari_of(env, settings.eval_episodes, chief and log)
         publish = chief and (
             lambda frames, wall_s: run_dirs.publish_policy(
                 agent.network, atari, root_dir, (log, eval_log), frames, frame_skip, wall_s,

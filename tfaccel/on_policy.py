@@ -18,7 +18,6 @@ import gin
 from tfaccel import console, learner, networks, runner
 from tfaccel import run_dir as run_dirs
 from tfaccel.distribute import strategies
-from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import PoolError
 from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report_faults, saved_on
 from tfaccel.sampler import OnPolicySampler, compile_act
@@ -113,7 +112,7 @@ def train(
         runner.set_frame_offsets([agent.network], env, seed, log)
         agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)
-        atari = env if isinstance(env, AtariConfig) else None
+        atari = run_dirs.atari_of(env, settings.eval_episodes, chief and log)
 
         def save(frames: int, wall_s: float) -> None:
             team.before_save(agent)

@@ -18,6 +18,7 @@ import gin
 from gin import config_parser
 
 from tfaccel import checkpoint, evaluate, export, gin_configs, networks
+from tfaccel.envs.atari import AtariConfig
 from tfaccel.logger import MetricsLogger
 
 
@@ -181,6 +182,20 @@ def held(run_dir: str):
     finally:
         _created.pop(key, None)
         release_lock(run_dir)
+
+
+def atari_of(env, eval_episodes: int, log):
+    """`env` if it is an `AtariConfig` (the policy's preprocessing, and what evaluation plays),
+    else None; then a warning when `RunConfig.eval_episodes` asks for evaluations, which play
+    Atari games only."""
+    if isinstance(env, AtariConfig):
+        return env
+    if eval_episodes and log:
+        log.message(
+            f"warning: RunConfig.eval_episodes = {eval_episodes} is ignored: evaluation plays "
+            "Atari games only (the metrics' episode_return_raw_mean is this env's score)"
+        )
+    return None
 
 
 def publish_policy(
