@@ -612,3 +612,22 @@ def test_an_observation_that_casts_without_loss_goes_in():
             as_ints.step(np.zeros(2, np.int32)).observation,
             exact.step(np.zeros(2, np.int32)).observation,
         )
+
+
+@pytest.mark.parametrize("from_step", [0, 2])
+def test_an_env_that_breaks_its_spec_fails_the_pool_without_replacements(from_step):
+    """The pool replaced the worker first, whose fresh envs broke the spec again: the error came
+    as "failed while resetting a replacement", or after three replacements."""
+    from tests.envs.probes import FloatFramesConfig
+
+    before = shm_segments()
+    with EnvPool(FloatFramesConfig(from_step), 1, 2, max_restarts=3) as pool:
+        with pytest.raises(PoolError) as error:
+            pool.reset()
+            for _ in range(3):
+                pool.step(np.zeros(2, np.int32))
+        first = str(error.value).splitlines()[0]
+        assert re.search(r"failed while (resetting|stepping group 0): env 0 returned an "
+                         r"observation of dtype float64", first), first  # fmt: skip
+        assert "replace" not in first and pool.restarts == 0
+    assert not shm_segments() - before and not worker_children()

@@ -67,6 +67,7 @@ from tfaccel.envs.serial_pool import (
 from tfaccel.envs.worker import (
     CLOSE,
     ERROR,
+    FATAL,
     OK,
     RESET,
     SHM_DIR,
@@ -444,10 +445,10 @@ class EnvPool:
                 byte = os.read(fd, 1)
                 if byte == OK:
                     continue
-                if byte == ERROR:
+                if byte in (ERROR, FATAL):
                     message = read_error_message(fd)
                     fault = f"{self._describe(w)} failed while {what}: {message}"
-                    self._handle(w, fault, group, replaceable)
+                    self._handle(w, fault, group, replaceable and byte == ERROR)
                     continue
                 self._processes[w].join(1.0)
                 reason = _exit_reason(self._processes[w].exitcode)
@@ -466,7 +467,7 @@ class EnvPool:
         fd = self._replies[w].fileno()
         while select.select([fd], [], [], 0)[0]:
             byte = os.read(fd, 1)
-            if byte == ERROR:
+            if byte in (ERROR, FATAL):
                 return read_error_message(fd)
             if byte != OK:  # end of the pipe
                 return None

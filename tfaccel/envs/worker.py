@@ -22,13 +22,19 @@ import numpy as np
 from tfaccel.types import Env, EnvSpec, PoolStep
 
 RESET, CLOSE = 254, 255  # command bytes; 0..253 step that group
-OK, ERROR = b"K", b"E"  # reply bytes
+# Reply bytes: FATAL is an error no replacement of the worker would mend (an env that breaks its
+# spec), which the pool does not retry.
+OK, ERROR, FATAL = b"K", b"E", b"F"
 WORKER_NAME = "tfaccel-w"  # worker processes are named tfaccel-w0, tfaccel-w1, ... in ps
 _ALIGN = 64
 
 
 class PoolError(RuntimeError):
     """A worker or one of its envs failed; the message names which and why."""
+
+
+class SpecMismatch(PoolError):
+    """An env returned an observation its spec does not describe: it will do so again."""
 
 
 def _fields(spec: EnvSpec, n: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
@@ -85,7 +91,7 @@ def _fitted(observation, array: np.ndarray, i: int):
     uint8 is 0, a scalar fills the whole row).
 
     Raises:
-        PoolError: an observation of another shape, or one the cast would change.
+        SpecMismatch: an observation of another shape, or one the cast would change.
     """
     dtype, shape = array.dtype, array.shape[1:]
     if (
@@ -100,7 +106,7 @@ def _fitted(observation, array: np.ndarray, i: int):
         cast = given.astype(dtype)
         if np.array_equal(cast, given):
             return cast
-    raise PoolError(
+    raise SpecMismatch(
         f"env {i} returned an observation of dtype {given.dtype} and shape {given.shape}, but "
         f"its spec says {dtype} {shape}: return np.asarray(observation, {dtype.name!r}) of that "
         "shape, or declare the spec the env has"
@@ -196,9 +202,9 @@ def read_error_message(fd: int) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _send_error(fd: int, message: str) -> None:
+def _send_error(fd: int, message: str, fatal: bool = False) -> None:
     data = message.encode("utf-8")
-    os.write(fd, ERROR + struct.pack("<I", len(data)) + data)
+    os.write(fd, (FATAL if fatal else ERROR) + struct.pack("<I", len(data)) + data)
 
 
 def _set_process_name(name: str) -> None:
@@ -243,7 +249,7 @@ def worker_main(
                     step_envs(envs[command[0]], indices[command[0]], buffers)
             except Exception as error:
                 detail = "".join(traceback.format_exception(error)[-3:]).strip()
-                _send_error(reply_fd, f"{error}\n{detail}")
+                _send_error(reply_fd, f"{error}\n{detail}", fatal=isinstance(error, SpecMismatch))
                 break
             os.write(reply_fd, OK)
     except (BrokenPipeError, KeyboardInterrupt):
