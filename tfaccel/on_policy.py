@@ -202,15 +202,20 @@ def make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedul
 def _check_rollout(horizon: int, samples_per_step: int, algorithm) -> None:
     """Raises a one-line ValueError for a rollout the learner cannot use whole."""
     epochs, minibatches = getattr(algorithm, "epochs", 1), getattr(algorithm, "minibatches", 1)
-    for name, value in (("horizon", horizon), ("epochs", epochs), ("minibatches", minibatches)):
+    kind = type(algorithm).__name__
+    for name, value in (
+        ("train.horizon", horizon), (f"{kind}.epochs", epochs),
+        (f"{kind}.minibatches", minibatches),
+    ):  # fmt: skip
         if value < 1:
             raise ValueError(f"{name} is {value}; it must be 1 or more")
     samples = horizon * samples_per_step
     if samples % minibatches:
         raise ValueError(
-            f"a rollout of {samples} samples per replica (horizon {horizon} x {samples_per_step} "
-            f"envs) does not split into {minibatches} minibatches: make it a multiple of "
-            f"{minibatches}"
+            f"a rollout of {samples} samples per replica (train.horizon {horizon} x "
+            f"{samples_per_step} envs of a group, PoolConfig.num_workers x envs_per_worker / "
+            f"num_groups) does not split into {kind}.minibatches = {minibatches}: make the "
+            f"rollout a multiple of {minibatches}, or choose a divisor of {samples}"
         )
 
 

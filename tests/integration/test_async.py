@@ -203,7 +203,7 @@ def test_ctrl_c_while_the_learners_start_is_a_stop_not_a_failure(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while len(descendants(process.pid)) < 2 and time.monotonic() < deadline:

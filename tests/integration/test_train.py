@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tests import shm
+from tests.fakes import as_from_a_terminal
 from tfaccel import networks
 from tfaccel.bench.memory import descendants, state
 from tfaccel.envs.pool import env_seeds
@@ -119,6 +120,7 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
          "--gin_bindings=PoolConfig.num_workers = 4", "--gin_bindings=PoolConfig.envs_per_worker = 2",
          "--gin_bindings=PoolConfig.max_restarts = 0"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (tmp_path / "metrics.csv").exists():
@@ -131,6 +133,7 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
     # 128 + the signal's number, as a shell reports it: `train && eval` stops here.
     assert process.returncode == {"SIGINT": 130, "SIGTERM": 143}[name], err[-3000:]
     assert f"stopped by {name}" in out and "Traceback" not in err, err[-3000:]
+    assert "so far: " in out and "done: " not in out  # a stopped run is not done
     deadline = time.monotonic() + 30  # the forkserver and workers may still be on their way out
     while any(state(pid) not in ("", "Z") for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -585,7 +588,9 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
         ),
         (
             ["--gin_file=catch_ppo.gin", "--gin_bindings=PPOConfig.minibatches = 5"],
-            "a rollout of 128 samples per replica (horizon 16 x 8 envs) does not split into 5",
+            "a rollout of 128 samples per replica (train.horizon 16 x 8 envs of a group, "
+            "PoolConfig.num_workers x envs_per_worker / num_groups) does not split into "
+            "PPOConfig.minibatches = 5",
         ),
         (
             ["--gin_file=distribute/mirrored.gin", "--gin_bindings=make_strategy.logical_cpus = 3"],
@@ -687,6 +692,7 @@ def test_a_second_command_on_a_run_directory_in_training_stops_with_one_line(tmp
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
          "--gin_bindings=RunConfig.total_frames = 10_000_000"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     try:
         deadline = time.time() + 120
@@ -845,6 +851,7 @@ def test_ctrl_c_while_starting_is_one_line_and_status_130(tmp_path):
         [sys.executable, os.path.join(ROOT, "bin", "train"), "--gin_file=a2c.gin",
          "--gin_file=smoke.gin", f"--root_dir={tmp_path / 'run'}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     time.sleep(1.5)  # importing TensorFlow
     process.send_signal(signal.SIGINT)

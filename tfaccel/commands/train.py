@@ -133,7 +133,8 @@ def print_summary(summary: dict, root_dir: str) -> None:
     wall = summary.get("wall_s", float(last["wall_s"]))
     steps = int(last["agent_steps"])
     print(
-        f"done: {frames:,} frames ({steps:,} agent steps) in {wall / 60:.1f} min of training, "
+        f"{'so far' if summary.get('stopped_by') else 'done'}: {frames:,} frames ({steps:,} "
+        f"agent steps) in {wall / 60:.1f} min of training, "
         f"{steps / max(wall, 1e-9):,.0f} agent steps/s"
     )
     if scored:
