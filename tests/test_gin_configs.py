@@ -127,3 +127,12 @@ def test_an_unquoted_string_says_how_values_are_written():
         "the value 'pong' is not a Python literal: strings need quotes (AtariConfig.game = 'pong')"
     )):  # fmt: skip
         gin_configs.parse(["a2c.gin"], ["AtariConfig.game = pong"])
+
+
+def test_a_missing_include_is_named_like_a_missing_config(tmp_path):
+    """It ended with gin's "Unable to open file: ..., Searched config paths: ['', ...]"."""
+    config = tmp_path / "mine.gin"
+    config.write_text("include 'toy/catch_ppo2.gin'\n")
+    with pytest.raises(ValueError, match=r"included gin file 'toy/catch_ppo2.gin' not found .*; "
+                       r"configs in gin_configs/: a2c.gin"):  # fmt: skip
+        gin_configs.parse([str(config)])

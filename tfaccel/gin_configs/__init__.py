@@ -69,6 +69,15 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
         raise with_valid_parameters(error) from None
     except SyntaxError as error:
         raise not_a_literal(error) if "malformed node" in str(error) else error from None
+    except OSError as error:  # an `include` of a file that is nowhere on the search path
+        missing = re.match(r"Unable to open file: (.+?)\. Searched config paths", str(error))
+        if missing is None:
+            raise
+        raise ValueError(
+            f"included gin file {missing.group(1)!r} not found (an include is looked up from "
+            f"the working directory, then in gin_configs/); configs in gin_configs/: "
+            f"{', '.join(names())}"
+        ) from None
     finally:
         root.removeFilter(_not_a_resource_lookup)
     check_binding_types()
