@@ -52,7 +52,7 @@ def test_dead_network_watch_warns_once_about_a_nearly_flat_output_for_a_million_
 def test_a_stop_request_turns_signals_into_a_flag_and_keeps_an_inherited_ignore():
     """Started with SIGINT ignored (`cmd &` in a script), a run ignored a Ctrl-C while it started
     up but stopped on one while it trained."""
-    before = signal.getsignal(signal.SIGINT)
+    before, before_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         with guards.StopRequest() as stop:
@@ -65,5 +65,27 @@ def test_a_stop_request_turns_signals_into_a_flag_and_keeps_an_inherited_ignore(
             time.sleep(0.05)
             assert stop.signal_name is None
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        # An async learner of such a launcher inherits the ignore: it holds early signals but
+        # keeps ignoring SIGINT (it stopped the run while its launcher ignored it).
+        guards.StopRequest.hold_early()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        with guards.StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert stop.signal_name is None
     finally:
         signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGTERM, before_term)
+
+
+def test_an_ignored_sigterm_is_still_taken_as_a_stop():
+    """A scheduler's SIGTERM expects a save before its SIGKILL, whatever the process inherited."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with guards.StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.signal_name == "SIGTERM"
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)

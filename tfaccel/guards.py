@@ -34,7 +34,8 @@ class StopRequest:
             cls._early = signal.Signals(number).name
 
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, keep)
+            if not _inherited_ignore(sig):
+                signal.signal(sig, keep)
         # Started with them blocked (`pool.signals_blocked_while_starting`): one that came
         # meanwhile is pending, and kept now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -46,9 +47,7 @@ class StopRequest:
 
     def __enter__(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
-            # A signal the process was started ignoring (SIGINT under `cmd &` in a script, as
-            # POSIX shells start background jobs) stays ignored, as it is while the run starts.
-            if signal.getsignal(sig) is not signal.SIG_IGN:
+            if not _inherited_ignore(sig):
                 self._previous[sig] = signal.signal(sig, self._handle)
         self.signal_name, StopRequest._early = StopRequest._early, None
         return self
@@ -61,6 +60,14 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def _inherited_ignore(sig: int) -> bool:
+    """Whether `sig` is SIGINT and ignored: a process started from a script with `cmd &` (as
+    POSIX shells start background jobs; the learners of such a launcher inherit it) keeps
+    ignoring Ctrl-C, as it does while the run starts. SIGTERM is always taken: a scheduler
+    that sends it expects a save before its SIGKILL."""
+    return sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN
 
 
 @contextlib.contextmanager

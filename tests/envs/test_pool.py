@@ -594,11 +594,13 @@ class _ReshapedEnv:
         (lambda o: o / 255.0, "dtype float64 and shape (4, 4, 1)"),  # would have been all 0 or 1
         (lambda o: o[..., 0], "dtype uint8 and shape (4, 4)"),
         (lambda o: np.uint8(7), "dtype uint8 and shape ()"),  # would have filled the row
+        (lambda o: o.astype(np.uint16) + 256, "dtype uint16 and shape (4, 4, 1)"),  # 256 -> 0
+        (lambda o: [[1], [1, 2]], "list that numpy cannot turn into uint8"),  # ragged
     ],
 )
 def test_an_observation_the_spec_does_not_describe_is_refused_not_cast(reshape, problem):
     pool = SerialPool(lambda seed: _ReshapedEnv(seed, reshape), 2)
-    with pytest.raises(PoolError, match=rf"env 0 returned an observation of {re.escape(problem)}, "
+    with pytest.raises(PoolError, match=rf"env 0 returned an observation of {re.escape(problem)}.*, "
                        r"but its spec says uint8 \(4, 4, 1\): return np.asarray"):  # fmt: skip
         pool.reset()
 
@@ -614,20 +616,26 @@ def test_an_observation_that_casts_without_loss_goes_in():
         )
 
 
-@pytest.mark.parametrize("from_step", [0, 2])
-def test_an_env_that_breaks_its_spec_fails_the_pool_without_replacements(from_step):
+@pytest.mark.parametrize("from_step, num_groups", [(0, 1), (2, 1), (2, 2)])
+def test_an_env_that_breaks_its_spec_fails_the_pool_without_replacements(from_step, num_groups):
     """The pool replaced the worker first, whose fresh envs broke the spec again: the error came
-    as "failed while resetting a replacement", or after three replacements."""
+    as "failed while resetting a replacement", or after three replacements. With two groups the
+    worker has exited when the other group's step is sent: that must not replace it either."""
     from tests.envs.probes import FloatFramesConfig
 
     before = shm_segments()
-    with EnvPool(FloatFramesConfig(from_step), 1, 2, max_restarts=3) as pool:
+    pool = EnvPool(FloatFramesConfig(from_step), 1, 2, num_groups=num_groups, max_restarts=3)
+    with pool:
         with pytest.raises(PoolError) as error:
             pool.reset()
             for _ in range(3):
-                pool.step(np.zeros(2, np.int32))
+                for group in range(num_groups):
+                    pool.send(np.zeros(pool.group_size, np.int32), group)
+                    time.sleep(0.5)  # the worker fails on group 0 and exits before group 1 is sent
+                for group in range(num_groups):
+                    pool.recv(group)
         first = str(error.value).splitlines()[0]
-        assert re.search(r"failed while (resetting|stepping group 0): env 0 returned an "
+        assert re.search(r"failed( while (resetting|stepping group 0))?: env 0 returned an "
                          r"observation of dtype float64", first), first  # fmt: skip
         assert "replace" not in first and pool.restarts == 0
     assert not shm_segments() - before and not worker_children()

@@ -461,17 +461,17 @@ class EnvPool:
             self._fail(fault)
         self._replace(w, fault, group)
 
-    def _unread_error(self, w: int) -> str | None:
+    def _unread_error(self, w: int) -> tuple[str | None, bool]:
         """The error message worker `w` sent and nobody read yet (its replies are discarded: a
-        replacement answers the commands it owed), or None."""
+        replacement answers the commands it owed), or None; and whether it was FATAL."""
         fd = self._replies[w].fileno()
         while select.select([fd], [], [], 0)[0]:
             byte = os.read(fd, 1)
             if byte in (ERROR, FATAL):
-                return read_error_message(fd)
+                return read_error_message(fd), byte == FATAL
             if byte != OK:  # end of the pipe
-                return None
-        return None
+                return None, False
+        return None, False
 
     def _check_open(self) -> None:
         if self._closed:
@@ -486,11 +486,11 @@ class EnvPool:
             except (BrokenPipeError, OSError):
                 self._processes[w].join(1.0)
                 reason = _exit_reason(self._processes[w].exitcode)
-                error = self._unread_error(w)  # it failed on an earlier command, then exited
+                error, fatal = self._unread_error(w)  # it failed on an earlier command, then exited
                 fault = f"{self._describe(w)} " + (
                     f"failed: {error}" if error else f"is gone ({reason})"
                 )
-                if not self.max_restarts or byte == RESET:
+                if not self.max_restarts or byte == RESET or fatal:
                     self._fail(fault)
                 self._replace(w, fault, None)
                 os.write(self._commands[w].fileno(), message)

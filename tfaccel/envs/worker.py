@@ -85,10 +85,10 @@ class Buffers:
 def _fitted(observation, array: np.ndarray, i: int):
     """`observation` as it can go into row `i` of `array` (the pool's observations).
 
-    Exactly the spec's dtype and shape is the fast path; another dtype goes in when numpy casts
-    it within its kind (float64 into float32) or the cast keeps every value (Python ints into
-    uint8); anything else would be changed without a word by numpy's assignment (0.5 into a
-    uint8 is 0, a scalar fills the whole row).
+    Exactly the spec's dtype and shape is the fast path. Another dtype goes in when numpy casts
+    it safely (uint8 into float32), from float to float (float64 into float32), or when the
+    cast keeps every value (Python ints of 0-255 into uint8); anything else numpy's assignment
+    would change without a word (0.5 into a uint8 is 0, 300 is 44, a scalar fills the row).
 
     Raises:
         SpecMismatch: an observation of another shape, or one the cast would change.
@@ -99,17 +99,22 @@ def _fitted(observation, array: np.ndarray, i: int):
         and getattr(observation, "shape", None) == shape
     ):
         return observation
-    given = np.asarray(observation)
-    if given.shape == shape:
-        if np.can_cast(given.dtype, dtype, "same_kind"):
-            return given
-        cast = given.astype(dtype)
-        if np.array_equal(cast, given):
-            return cast
+    try:
+        given = np.asarray(observation)
+        if given.shape == shape:
+            floats = given.dtype.kind == "f" and dtype.kind == "f"
+            if np.can_cast(given.dtype, dtype, "safe") or floats:
+                return given
+            cast = given.astype(dtype)
+            if np.array_equal(cast, given):
+                return cast
+        described = f"dtype {given.dtype} and shape {given.shape}"
+    except (TypeError, ValueError, OverflowError) as error:  # ragged, or objects numpy cannot cast
+        described = f"{type(observation).__name__} that numpy cannot turn into {dtype} ({error})"
     raise SpecMismatch(
-        f"env {i} returned an observation of dtype {given.dtype} and shape {given.shape}, but "
-        f"its spec says {dtype} {shape}: return np.asarray(observation, {dtype.name!r}) of that "
-        "shape, or declare the spec the env has"
+        f"env {i} returned an observation of {described}, but its spec says {dtype} {shape}: "
+        f"return np.asarray(observation, {dtype.name!r}) of that shape, or declare the spec "
+        "the env has"
     )
 
 
