@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import gin
 import pytest
 
 from tests.fakes import Log
@@ -273,3 +274,35 @@ def test_evaluations_asked_of_a_non_atari_env_are_refused_with_a_warning():
         "metrics' episode_return_raw_mean is this env's score)"
     ]
     assert run_dir.atari_of(CatchConfig(), 2, False) is None  # not the chief: nothing to say
+
+
+@gin.configurable
+def _pending_loss(network=None, scale=1.0, floor=0.0):
+    return scale, floor
+
+
+def test_the_settings_of_a_configurable_not_called_yet_keep_their_macros(tmp_path):
+    """A loss's settings are called in its first update, after the file is written: they are
+    recorded from the bindings, with the macros they use (a changed macro went unnoticed)."""
+    with gin.unlock_config():
+        gin.clear_config()
+        gin.parse_config("SCALE = 0.5\n_pending_loss.scale = %SCALE\n_pending_loss.floor = 0.1")
+    try:
+        written = run_dir.run_settings()
+    finally:
+        gin.clear_config()
+    assert written.lstrip("\n").split("\n")[0] == f"{run_dir.PENDING} (a configurable loss's settings, called " \
+        "in its first update):"  # fmt: skip
+    settings = run_dir.gin_settings(written)
+    assert settings["_pending_loss.scale"] == "%SCALE" and settings["%SCALE"] == 0.5
+    assert settings["_pending_loss.floor"] == 0.1
+    # A run whose file predates the section: its first resume finds no change in it.
+    path, log = tmp_path / "operative_config.gin", Log()
+    path.write_text(BEFORE)
+    run_dir.note_changed_settings(str(path), BEFORE + "\n" + written, 4000, log)
+    assert log.messages == [] and path.read_text() == BEFORE
+    path.write_text(BEFORE + "\n" + written)  # with the section: a changed macro is a change
+    run_dir.note_changed_settings(
+        str(path), BEFORE + "\n" + written.replace("0.5", "0.25"), 4000, log
+    )
+    assert log.messages[0].endswith("%SCALE: 0.5 -> 0.25")

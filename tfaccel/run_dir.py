@@ -242,7 +242,11 @@ def gin_settings(text: str) -> dict[str, object]:
     for statement in config_parser.ConfigParser(text, _TextDelegate()):
         if isinstance(statement, config_parser.BindingStatement):
             scope = f"{statement.scope}/" if statement.scope else ""
-            name = f"{statement.selector}.{statement.arg_name}"
+            name = (
+                f"{statement.selector}.{statement.arg_name}"
+                if statement.arg_name
+                else f"%{statement.selector}"  # a macro, `SCALE = 0.5`
+            )
             settings[f"{scope}{gin_configs.RENAMED.get(name, name)}"] = statement.value
     return settings
 
@@ -262,6 +266,10 @@ def changed_settings(before: str, after: str) -> list[str]:
     ]
 
 
+# Heads the section of `operative_config.gin` that `run_settings` adds.
+PENDING = "# Bound, not called before the run started"
+
+
 def note_changed_settings(config_path: str, config: str, frames: int, log) -> None:
     """Warns when `config` differs from the run's `operative_config.gin` at `config_path`, and
     then keeps that file as `operative_config.<frames>.gin` (see `resume`)."""
@@ -271,6 +279,8 @@ def note_changed_settings(config_path: str, config: str, frames: int, log) -> No
     while os.path.exists(kept):  # resumed at these frames before: keep that file as well
         again += 1
         kept = os.path.join(os.path.dirname(config_path), f"operative_config.{frames}-{again}.gin")
+    if PENDING not in previous:  # written before run_settings added the section: not a change
+        config = config.split(f"\n{PENDING}")[0]
     try:
         changes = changed_settings(previous, config)
     except (SyntaxError, ValueError, tokenize.TokenError) as error:  # hand-edited or cut off
@@ -354,34 +364,40 @@ TRAINERS = ("train", "train_off_policy", "train_async")
 
 
 def _blocks(text: str) -> dict[str, str]:
-    """A gin config as gin prints it, by configurable: `{"scope/name": its block of text}`."""
+    """A gin config as gin prints it, by configurable: `{"scope/name": its block of text}`, and
+    its macros' block (`# Macros:`, first where there is one) under `%`."""
     found = {}
     for block in re.split(r"^(?=# Parameters for )", text, flags=re.M):
         if match := re.match(r"# Parameters for (\S+):", block):
             found[match.group(1)] = block
+        elif block.startswith("# Macros:"):
+            found["%"] = block
     return found
 
 
 def run_settings(team_config: str = "") -> str:
     """What a run's `operative_config.gin` holds: gin's operative config (the settings of every
     configurable called so far, defaults included), `team_config` (the launcher's, for an
-    asynchronous learner), then the bindings of the configurables not called yet. Those are
-    the ones called inside the first update, such as a configurable loss's own settings, which
-    a file written before it would lack: a resume with other values would go unnoticed."""
+    asynchronous learner), then the bindings of the configurables not called yet (with the
+    macros, where they use one). Those are the ones called inside the first update, such as a
+    configurable loss's own settings, which a file written before it would lack: a resume with
+    other values would go unnoticed."""
     operative = gin.operative_config_str() + team_config
-    called = _blocks(operative)
+    called, bound = _blocks(operative), _blocks(gin.config_str())
     pending = [
         block
-        for name, block in _blocks(gin.config_str()).items()
+        for name, block in bound.items()
         # The trainers run before this: one not called is the other family's (`smoke.gin`
         # binds both).
-        if name not in called and name.rsplit("/", 1)[-1] not in TRAINERS
+        if name not in called and name != "%" and name.rsplit("/", 1)[-1] not in TRAINERS
     ]
     if not pending:
         return operative
+    if "%" in bound and any("%" in block for block in pending):
+        pending.insert(0, bound["%"])
     return (
-        f"{operative}\n# Bound, not called before the run started (a configurable loss's "
-        f"settings, called in its first update):\n\n{''.join(pending)}"
+        f"{operative}\n{PENDING} (a configurable loss's settings, called in its first "
+        f"update):\n\n{''.join(pending)}"
     )
 
 
