@@ -169,6 +169,8 @@ def test_auto_precision_is_bfloat16_only_where_the_hardware_computes_it():
     assert precision == "mixed_bfloat16" and "1.90x as fast" in why
     precision, why = choose(flags=("avx2", "avx512_bf16"), speedup=0.68)
     assert precision == "float32" and "0.68x" in why and "from 1.4x" in why
+    precision, why = choose(flags=("avx2", "avx512_bf16"), speedup=float("nan"))
+    assert precision == "float32" and "ran no bfloat16 product" in why
     assert choose(flags=("avx512_bf16", "amx_bf16", "amx_tile"), speedup=0.5)[0] == "mixed_bfloat16"
     assert networks.choose_precision(lambda: None, lambda: [])[0] == "float32"  # flags unknown
     turing, ampere = ("Tesla T4", (7, 5)), ("NVIDIA A100", (8, 0))
@@ -177,11 +179,21 @@ def test_auto_precision_is_bfloat16_only_where_the_hardware_computes_it():
     assert choose(gpus=[("GPU 0", None)])[0] == "float32"  # capability not told: the safe one
 
 
-def test_the_bfloat16_speedup_is_measured_once_per_process():
+def test_the_bfloat16_speedup_is_measured_once_per_process(monkeypatch):
+    monkeypatch.delenv(networks.SPEEDUP_VARIABLE, raising=False)
     networks.bfloat16_speedup.cache_clear()
     ratio = networks.bfloat16_speedup()
     assert 0.01 < ratio < 100  # a ratio of two timings, whatever this CPU
     assert networks.bfloat16_speedup() is ratio  # kept, not measured again
+    # The learners of an async run take their launcher's measurement, so they choose alike.
+    bf16 = lambda: {"avx512_bf16"}  # noqa: E731
+    assert networks.speedup_for_children(0, bf16) == {networks.SPEEDUP_VARIABLE: repr(ratio)}
+    assert networks.speedup_for_children(1, bf16) == {}  # a GPU decides
+    assert networks.speedup_for_children(0, lambda: {"avx512_bf16", "amx_bf16"}) == {}
+    networks.bfloat16_speedup.cache_clear()
+    monkeypatch.setenv(networks.SPEEDUP_VARIABLE, "1.25")
+    assert networks.bfloat16_speedup() == 1.25
+    networks.bfloat16_speedup.cache_clear()
 
 
 def test_set_precision_says_what_it_chose_and_a_binding_overrides():

@@ -30,7 +30,7 @@ from multiprocessing import connection
 import gin
 import tensorflow as tf
 
-from tfaccel import console, run_dir
+from tfaccel import console, networks, run_dir
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
@@ -139,7 +139,12 @@ def train_async(
     name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     with console.stderr_silenced():  # TensorFlow's CUDA probe prints its failure on a CPU host
         gpus = len(tf.config.list_physical_devices("GPU"))
-    environments = learner_gpus(learners, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    # Measured once here, so that the learners choose one precision alike (`set_precision`).
+    measured = networks.speedup_for_children(gpus)
+    environments = [
+        {**environment, **measured}
+        for environment in learner_gpus(learners, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    ]
     config, operative = gin.config_str(), gin.operative_config_str()
     shared = (learners, steps_per_push, name, chunks, operative, machine, machine_count)
     processes = [

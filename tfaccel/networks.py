@@ -15,6 +15,7 @@ variables and the heads stay float32, so losses, logits and Q values are float32
 from __future__ import annotations
 
 import functools
+import os
 import time
 
 import gin
@@ -76,26 +77,48 @@ def _gpu_capabilities() -> list[tuple[str, tuple[int, int] | None]]:
 BFLOAT16_MIN_SPEEDUP = 1.4
 
 
+# Set by a process that measured `bfloat16_speedup` for the processes it starts (the learners
+# of an asynchronous run), so that all of them choose alike rather than each timing the product
+# while the others load the cores.
+SPEEDUP_VARIABLE = "TFACCEL_BFLOAT16_SPEEDUP"
+
+
 @functools.cache
 def bfloat16_speedup(size: int = 1024, repeats: int = 3) -> float:
     """How many times as fast a [size, size] matrix product runs in bfloat16 as in float32 on
-    this machine's CPU (about 0.15 s to measure; the answer is kept for the process). The two
-    are timed in turns and each keeps its best time, so a busy machine slows both alike."""
+    this machine's CPU (about 0.2 s to measure; the answer is kept for the process, and
+    `SPEEDUP_VARIABLE` gives it where a parent measured). The two are timed in turns and each
+    keeps its best time, so a busy machine slows both alike. NaN where the product cannot run
+    in bfloat16 here."""
+    if given := os.environ.get(SPEEDUP_VARIABLE):
+        return float(given)
     products = {}
-    with tf.device("/CPU:0"):
-        for dtype in (tf.float32, tf.bfloat16):
-            matrix = tf.cast(tf.random.stateless_normal([size, size], seed=(0, 0)), dtype)
-            products[dtype] = tf.function(
-                lambda m=matrix: tf.reduce_sum(tf.cast(tf.matmul(m, m), tf.float32))
-            )
-            products[dtype]().numpy()  # traced and warm
-    best = dict.fromkeys(products, float("inf"))
-    for _ in range(repeats):
-        for dtype, product in products.items():
-            start = time.perf_counter()
-            product().numpy()
-            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    try:
+        with tf.device("/CPU:0"):
+            for dtype in (tf.float32, tf.bfloat16):
+                matrix = tf.cast(tf.random.stateless_normal([size, size], seed=(0, 0)), dtype)
+                products[dtype] = tf.function(
+                    lambda m=matrix: tf.reduce_sum(tf.cast(tf.matmul(m, m), tf.float32))
+                )
+                products[dtype]().numpy()  # traced and warm
+        best = dict.fromkeys(products, float("inf"))
+        for _ in range(repeats):
+            for dtype, product in products.items():
+                start = time.perf_counter()
+                product().numpy()
+                best[dtype] = min(best[dtype], time.perf_counter() - start)
+    except tf.errors.OpError:
+        return float("nan")
     return best[tf.float32] / best[tf.bfloat16]
+
+
+def speedup_for_children(gpus: int, cpu_flags=_cpu_flags) -> dict[str, str]:
+    """`{SPEEDUP_VARIABLE: the measured speedup}` where `'auto'` measures it (a CPU with AVX-512
+    BF16 and no AMX, no GPU), for the environment of processes this one starts; else `{}`."""
+    flags = cpu_flags() or set()
+    if gpus or "amx_bf16" in flags or "avx512_bf16" not in flags:
+        return {}
+    return {SPEEDUP_VARIABLE: repr(bfloat16_speedup())}
 
 
 def choose_precision(
@@ -120,6 +143,11 @@ def choose_precision(
         return "mixed_bfloat16", "auto: this CPU has AMX"
     if "avx512_bf16" in flags:
         ratio = speedup()
+        if ratio != ratio:  # NaN: it could not run
+            return (
+                "float32",
+                "auto: this CPU has AVX-512 BF16, but TensorFlow ran no bfloat16 product",
+            )
         measured = (
             f"auto: this CPU has AVX-512 BF16 without AMX, and a bfloat16 matrix product ran "
             f"{ratio:.2f}x as fast as float32"
