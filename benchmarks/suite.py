@@ -245,7 +245,11 @@ def run_grid(
 
     # Restored at the end: a caller that runs the grid in its own process (the tests) keeps
     # its own Ctrl-C.
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # A SIGINT ignored from the start (`suite.py run &` in a script) stays ignored, as the runs
+    # inherit it, like any program started so (tfaccel-train's own rule).
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    stops = (signal.SIGTERM,) if ignored else (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, forward) for sig in stops}
     try:
         while (pending or running) and not stopped:
             while pending and len(running) < parallel and not stopped:
@@ -567,7 +571,7 @@ def main() -> int:
         parser.error(f"unknown games {sorted(games - set(GAMES))}; valid: {', '.join(GAMES)}")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    if args.action != "run" and not os.path.isdir(args.root):
+    if args.action in ("keep", "summary") and not os.path.isdir(args.root):
         parser.error(
             f"--root {args.root} is not a directory: give the suite's run directories (`run` "
             f"makes them) or the kept logs, {os.path.relpath(KEPT)}"

@@ -34,7 +34,7 @@ from tfaccel import console, networks, run_dir
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
-from tfaccel.envs.pool import signals_blocked_while_starting
+from tfaccel.envs.pool import PoolError, signals_blocked_while_starting
 from tfaccel.envs.worker import SHM_DIR
 from tfaccel.guards import StopRequest
 
@@ -89,7 +89,7 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
         # A setting is rejected before the learner joins the store (it builds and restores
         # first); one that fails there fails again, and resuming is no advice.
         setting = isinstance(error, ValueError) and team.store is None
-        results.send({"error": line, "setting": setting})
+        results.send({"error": line, "setting": setting, "env": isinstance(error, PoolError)})
         raise
     finally:
         team.close()
@@ -253,7 +253,8 @@ def _outcome(stop, failed, summaries: dict, sync) -> dict:
         cause = report.get("error", f"exit code {failed[1]}")
         then = (  # a rejected setting fails again: resuming is no advice
             "" if report.get("setting") else
-            " (a running learner saves a checkpoint first): the same command resumes"
+            " (a running learner saves a checkpoint first): "
+            + ("fix the env, then " if report.get("env") else "") + "the same command resumes"
         )  # fmt: skip
         raise LearnerFailed(
             f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "

@@ -84,7 +84,7 @@ def train(
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, layout.group_size, "the number of envs per group")
-    _check_rollout(horizon, layout.group_size // strategies.local_replicas(strategy), algorithm)
+    _check_rollout(horizon, layout.group_size, strategies.local_replicas(strategy), algorithm)
     # Several processes (multi-worker or asynchronous learners): each runs this on its own envs;
     # the chief owns root_dir, the others keep their state in their own directory below it.
     team = team or strategies.SyncTeam(strategy)
@@ -199,8 +199,9 @@ def make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedul
     return agent
 
 
-def _check_rollout(horizon: int, samples_per_step: int, algorithm) -> None:
-    """Raises a one-line ValueError for a rollout the learner cannot use whole."""
+def _check_rollout(horizon: int, group_size: int, replicas: int, algorithm) -> None:
+    """Raises a one-line ValueError for a rollout the learner cannot use whole (each of the
+    `replicas` trains on its share of a group's envs)."""
     epochs, minibatches = getattr(algorithm, "epochs", 1), getattr(algorithm, "minibatches", 1)
     kind = type(algorithm).__name__
     for name, value in (
@@ -209,13 +210,15 @@ def _check_rollout(horizon: int, samples_per_step: int, algorithm) -> None:
     ):  # fmt: skip
         if value < 1:
             raise ValueError(f"{name} is {value}; it must be 1 or more")
-    samples = horizon * samples_per_step
+    envs = group_size // replicas
+    samples = horizon * envs
     if samples % minibatches:
+        share = f" / {replicas} replicas" if replicas > 1 else ""
         raise ValueError(
-            f"a rollout of {samples} samples per replica (train.horizon {horizon} x "
-            f"{samples_per_step} envs of a group, PoolConfig.num_workers x envs_per_worker / "
-            f"num_groups) does not split into {kind}.minibatches = {minibatches}: make the "
-            f"rollout a multiple of {minibatches}, or choose a divisor of {samples}"
+            f"a rollout of {samples} samples per replica (train.horizon {horizon} x {envs} envs: "
+            f"PoolConfig.num_workers x envs_per_worker / num_groups{share}) does not split into "
+            f"{kind}.minibatches = {minibatches}: make the rollout a multiple of {minibatches}, "
+            f"or choose a divisor of {samples}"
         )
 
 

@@ -1,7 +1,9 @@
 """The learner's report to the launcher when it fails (in this process, with a stand-in trainer)."""
 
 import multiprocessing
+import re
 import signal
+import types
 
 import pytest
 
@@ -33,4 +35,16 @@ def test_a_learners_value_error_is_a_rejected_setting_only_before_it_joined_the_
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     # Rejected before it trained: the same command fails again. Later: it resumes.
-    assert receive.recv() == {"error": "no such thing", "setting": not joined_the_store}
+    report = receive.recv()
+    assert report == {"error": "no such thing", "setting": not joined_the_store, "env": False}
+    failed = "failed: no such thing; the others were stopped"
+    then = "" if not joined_the_store else " (a running learner saves a checkpoint first): the same"
+    with pytest.raises(launcher.LearnerFailed, match=re.escape(failed + then)):
+        launcher._outcome(types.SimpleNamespace(signal_name=None), (1, 1), {1: report}, None)
+
+
+def test_a_learners_failing_env_is_to_be_fixed_before_the_same_command_resumes():
+    report = {"error": "worker 0 failed: env 3 returned ...", "setting": False, "env": True}
+    with pytest.raises(launcher.LearnerFailed, match=r"checkpoint first\): fix the env, then the "
+                       r"same command resumes"):  # fmt: skip
+        launcher._outcome(types.SimpleNamespace(signal_name=None), (1, 1), {1: report}, None)

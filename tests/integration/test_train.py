@@ -588,7 +588,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
         ),
         (
             ["--gin_file=catch_ppo.gin", "--gin_bindings=PPOConfig.minibatches = 5"],
-            "a rollout of 128 samples per replica (train.horizon 16 x 8 envs of a group, "
+            "a rollout of 128 samples per replica (train.horizon 16 x 8 envs: "
             "PoolConfig.num_workers x envs_per_worker / num_groups) does not split into "
             "PPOConfig.minibatches = 5",
         ),
