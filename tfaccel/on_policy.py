@@ -101,7 +101,8 @@ def train(
         )  # fmt: skip
         make_network = network or functools.partial(networks.PolicyValueNetwork, torso=torso)
         agent = make_learner(
-            lambda: _built(make_network, pool.spec), (loss_fn, prepare_fn, anneal_clip), algorithm,
+            lambda: _built(make_network, pool.spec, own=network is not None),
+            (loss_fn, prepare_fn, anneal_clip), algorithm,
             lambda: make_optimizer(schedule.rate), schedule, seed, strategy,
         )  # fmt: skip
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
@@ -156,15 +157,27 @@ def learning_rate_schedule(
     return _Schedule(rate, learning_rate, decay_fn)
 
 
-def _built(make_network, spec):
+def _built(make_network, spec, own: bool = False):
     """`make_network(spec)`'s model with its variables made (a network of the user's may make
     them at its first call; the optimizer is built on them first) and `spec` set where it has
-    none (the export reads the observation's shape from it)."""
+    none (the export reads the observation's shape from it).
+
+    A network of the user's (`own`) is made in float32 whatever the precision: under
+    `mixed_bfloat16` its heads would return bfloat16, where the losses take float32 (tfaccel's
+    own networks keep their heads in float32; a user's layers that set their own dtype policy
+    keep it)."""
+    import keras
     import numpy as np
 
-    model = make_network(spec)
-    if not model.built:
-        model(np.zeros((1, *spec.observation.shape), spec.observation.dtype))
+    precision = keras.mixed_precision.global_policy()
+    if own:
+        keras.mixed_precision.set_global_policy("float32")
+    try:
+        model = make_network(spec)
+        if not model.built:
+            model(np.zeros((1, *spec.observation.shape), spec.observation.dtype))
+    finally:
+        keras.mixed_precision.set_global_policy(precision)
     if getattr(model, "spec", None) is None:
         model.spec = spec
     return model

@@ -756,6 +756,8 @@ def small_network(spec):  # train.network: it ended with "Unknown variable" (not
     return TwoHeads(spec.num_actions)  # "cannot tell the observation shape" at the export
 
 
+import gin  # in bfloat16 its Dense heads returned bfloat16, which the loss refused
+gin.bind_parameter("set_precision.policy", "mixed_bfloat16")
 summary = on_policy.train(
     sys.argv[1], env=NotebookCatch(), loss_fn=a2c.loss, act_fn=a2c.act,
     algorithm=a2c.A2CConfig(), pool_config=runner.PoolConfig(num_workers=0, envs_per_worker=4),
