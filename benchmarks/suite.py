@@ -40,6 +40,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from tfaccel import guards  # noqa: E402
 from tfaccel.bench import results as results_file  # noqa: E402
 
 REFERENCES = os.path.join(ROOT, "benchmarks", "reference")
@@ -246,9 +247,8 @@ def run_grid(
     # Restored at the end: a caller that runs the grid in its own process (the tests) keeps
     # its own Ctrl-C.
     # A SIGINT ignored from the start (`suite.py run &` in a script) stays ignored, as the runs
-    # inherit it, like any program started so (tfaccel-train's own rule).
-    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    stops = (signal.SIGTERM,) if ignored else (signal.SIGTERM, signal.SIGINT)
+    # inherit it: tfaccel-train's own rule.
+    stops = [sig for sig in (signal.SIGTERM, signal.SIGINT) if not guards.inherited_ignore(sig)]
     previous = {sig: signal.signal(sig, forward) for sig in stops}
     try:
         while (pending or running) and not stopped:

@@ -34,7 +34,7 @@ class StopRequest:
             cls._early = signal.Signals(number).name
 
         for sig in (signal.SIGINT, signal.SIGTERM):
-            if not _inherited_ignore(sig):
+            if not inherited_ignore(sig):
                 signal.signal(sig, keep)
         # Started with them blocked (`pool.signals_blocked_while_starting`): one that came
         # meanwhile is pending, and kept now.
@@ -47,7 +47,7 @@ class StopRequest:
 
     def __enter__(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
-            if not _inherited_ignore(sig):
+            if not inherited_ignore(sig):
                 self._previous[sig] = signal.signal(sig, self._handle)
         self.signal_name, StopRequest._early = StopRequest._early, None
         return self
@@ -62,7 +62,7 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
-def _inherited_ignore(sig: int) -> bool:
+def inherited_ignore(sig: int) -> bool:
     """Whether `sig` is SIGINT and ignored: a process started from a script with `cmd &` (as
     POSIX shells start background jobs; the learners of such a launcher inherit it) keeps
     ignoring Ctrl-C, as it does while the run starts. SIGTERM is always taken: a scheduler
