@@ -14,6 +14,7 @@ import pytest
 
 import tfaccel
 from tests.fakes import as_from_a_terminal
+from tfaccel import evaluate
 from tfaccel.algorithms import a2c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,3 +149,27 @@ def test_the_python_blocks_of_the_usage_page_run_in_order(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "smoke_py" / "policy" / "saved_model.pb").exists()
+
+
+def test_arguments_of_the_wrong_type_are_one_line_value_errors(tmp_path):
+    """Each was a bare TypeError (or gin's SyntaxError), where usage.md promises a ValueError."""
+    for args, message in (
+        ((42, str(tmp_path / "a")), r"config must be a gin config name or path, or a list of them, got 42"),
+        ((["catch_a2c.gin"], None), r"root_dir must be the directory the run goes to, got None"),
+        ((["catch_a2c.gin"], str(tmp_path / "b"), [42]), r"bindings must be gin bindings: a string or"),
+        ((["catch_a2c.gin", "smoke.gin"], str(tmp_path / "c"), "this is not gin"), r"^bad gin config: "),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            tfaccel.train(*args)
+    with pytest.raises(ValueError, match=r"policy_dir must be a directory path, got None"):
+        tfaccel.load_policy(None)
+    pretrained = os.path.join(ROOT, "pretrained", "a2c_pong")
+    with pytest.raises(ValueError, match=r"episodes must be an integer >= 1, got '2'"):
+        evaluate.evaluate(pretrained, "2")
+    with pytest.raises(ValueError, match=r"epsilon must be in \[0, 1\], got '0.1'"):
+        evaluate.evaluate(pretrained, 2, epsilon="0.1")
+    # An empty batch was TensorFlow's InvalidArgumentError from the first convolution.
+    policy = tfaccel.load_policy(pretrained)
+    out = policy(np.zeros((0, *policy.observation_shape), np.uint8))
+    assert out["action"].shape == (0,) and out["action"].dtype == np.int32
+    assert out["logits"].shape == (0, policy.num_actions)

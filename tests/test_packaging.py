@@ -3,6 +3,7 @@ and from outside the checkout its commands run the quick start (train a smoke ru
 GIF, plot) and the Python API trains twice in one process. In `make test-all` only (it installs
 TensorFlow into a new environment: a few minutes, from pip's cache when it has one)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +43,11 @@ def test_a_wheel_installs_and_its_commands_run_the_quick_start(tmp_path):
     assert catch.returncode == 0
     plotted = sh("tfaccel-plot", "--run_dir=runs/catch", "--out=curves.png", cwd=away, env=env)
     assert "wrote curves.png" in plotted.stdout and (away / "curves.png").exists()
+    # Its end-to-end row trains with the installed package's command (there is no bin/ here).
+    sh("tfaccel-bench", "--seconds=0.5", "--layouts=", "--inference_layouts=",
+       "--training_layouts=1x2", "--peers=", "--json=bench.json", cwd=away, env=env)  # fmt: skip
+    rows = json.loads((away / "bench.json").read_text())["results"]
+    assert [row["inference"] for row in rows] == ["training"] and rows[0]["sps"] > 0
     for command in ("tfaccel-train", "tfaccel-eval", "tfaccel-plot", "tfaccel-bench"):
         assert "--" in sh(command, "--help", cwd=away, env=env).stdout
     api = (

@@ -183,3 +183,18 @@ def test_a_stray_argument_is_one_line_not_a_silent_run(tmp_path, args, start):
     assert done.returncode == 1 and done.stderr.startswith(start), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_repeats_of_one_seed_are_runs_and_a_directory_twice_or_a_bad_target_is_refused(tmp_path):
+    """Two runs of seed 0 were labelled `2 seeds`; a directory given twice was averaged with
+    itself; `target='high'` drew a category axis, and nan nothing."""
+    repeats = [make_run(tmp_path / f"crash_{i}", [1, 2, 3], seed=0) for i in range(2)]
+    (curve,) = plot.curves([plot.load_run(d) for d in repeats], axis="frames")
+    assert curve.label == "crash (2 runs, 1 seeds)"
+    out = str(tmp_path / "c.png")
+    with pytest.raises(ValueError, match=r"run directory given twice: .*crash_0; give each once"):
+        plot.plot([repeats[0], repeats[1], os.path.join(repeats[0], "")], out)
+    for target in ("high", float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match=r"target must be a finite score \(a number\), got"):
+            plot.plot(repeats, out, target=target)
+    assert not os.path.exists(out)

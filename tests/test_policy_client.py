@@ -143,3 +143,10 @@ def test_a_client_drawing_as_the_docs_say_replays_the_games_of_play_games():
     assert [record.score for record in records] == scores
     assert len(seen) == len(replayed) > 100
     assert all(np.array_equal(a[0], b) for a, b in zip(seen, replayed, strict=True))
+
+
+def test_a_policy_of_a_game_without_a_rom_names_the_closest_ones():
+    """It named the game alone, where tfaccel-train and tfaccel-bench list the close names."""
+    preprocessing = policy_client.read_metadata(os.path.join(ROOT, "pretrained", "a2c_pong"))
+    with pytest.raises(ValueError, match=r"ships no ROM for 'pongg' .*closest names it has: pong"):
+        policy_client.AtariGame(preprocessing["preprocessing"], game="pongg")

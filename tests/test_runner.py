@@ -127,6 +127,10 @@ def test_a_pool_larger_than_the_memory_available_is_one_line():
         (dict(checkpoint_interval_frames=0), "RunConfig.checkpoint_interval_frames must be a positive"),
         (dict(log_interval_frames=-1), "RunConfig.log_interval_frames must be a positive"),
         (dict(eval_episodes=-1), "RunConfig.eval_episodes must be 0 or more, got -1"),
+        # gin leaves None alone: it was a TypeError from the comparison
+        (dict(seed=None), "RunConfig.seed must be an int, got None (NoneType)"),
+        (dict(total_frames=None), "RunConfig.total_frames must be an int, got None"),
+        (dict(max_wall_seconds="60"), "RunConfig.max_wall_seconds must be a number, got '60'"),
     ],
 )  # fmt: skip
 def test_run_settings_out_of_range_are_named(settings, message):
@@ -142,6 +146,7 @@ def test_run_settings_out_of_range_are_named(settings, message):
         (dict(num_workers=-1), "PoolConfig.num_workers must be 0 or more and PoolConfig.envs_per_worker 1 or more, got -1 and 8"),
         (dict(envs_per_worker=0), "PoolConfig.envs_per_worker 1 or more, got 2 and 0"),
         (dict(num_groups=3, envs_per_worker=6), "PoolConfig.num_groups must be 1 or 2, got 3"),
+        (dict(num_workers=None), "PoolConfig.num_workers must be an int, got None (NoneType)"),
     ],
 )  # fmt: skip
 def test_pool_layouts_that_cannot_be_made_name_the_binding(layout, message):

@@ -117,16 +117,22 @@ def train(
     with commands.tensorflow_imported_quietly():  # no C++ start-up lines in a notebook
         from tfaccel import gin_configs, trainers
 
-    files = [config] if isinstance(config, str) else list(config)
-    bindings = [bindings] if isinstance(bindings, str) else list(bindings)
+    files = _strings(config, "config", "a gin config name or path, or a list of them")
+    bindings = _strings(bindings, "bindings", "gin bindings: a string or a list of strings")
+    if not isinstance(root_dir, (str, os.PathLike)) or not str(root_dir).strip():
+        raise ValueError(f"root_dir must be the directory the run goes to, got {root_dir!r}")
+    root_dir = os.fspath(root_dir)
     try:
         with gin.unlock_config():  # a parse locks gin; the next call unlocks it here
             gin.clear_config()
-            gin_configs.parse(files, list(bindings))
-            if overrides:
-                extra = _override_bindings(overrides, _trainer_name())
-                gin.clear_config()
-                gin_configs.parse(files, [*bindings, *extra])
+            try:
+                gin_configs.parse(files, bindings)
+                if overrides:
+                    extra = _override_bindings(overrides, _trainer_name())
+                    gin.clear_config()
+                    gin_configs.parse(files, [*bindings, *extra])
+            except (KeyError, NameError, SyntaxError) as error:  # gin's, for a malformed line
+                raise ValueError(f"bad gin config: {commands.first_line(error)}") from error
         summary = trainers.run(root_dir)
     except RuntimeError as error:  # gin: no algorithm config gave the trainer its env and loss
         raise (gin_configs.no_algorithm(error, "config list") or error) from None
@@ -135,6 +141,19 @@ def train(
             gin.clear_config()
     _raise_if_stopped(summary.get("stopped_by"), root_dir)
     return Run(root_dir, summary)
+
+
+def _strings(value, name: str, wanted: str) -> list[str]:
+    """`value` (one string or path, or a sequence of them) as a list of strings; a ValueError
+    naming `name` and what it takes otherwise."""
+    items = [value] if isinstance(value, (str, os.PathLike)) else value
+    try:
+        items = list(items)
+    except TypeError:
+        items = [None]
+    if not all(isinstance(item, (str, os.PathLike)) for item in items):
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+    return [os.fspath(item) for item in items]
 
 
 def _raise_if_stopped(signal_name: str | None, root_dir: str) -> None:

@@ -148,8 +148,7 @@ def _write_videos(result, screens, preprocessing, gif, gif_every, mp4, record_ev
 
 def _check_videos(gif: str | None, gif_every: int, mp4: str | None) -> None:
     """Raises a ValueError for a video that could not be written, before any game is played."""
-    if gif_every < 1:
-        raise ValueError(f"gif_every must be >= 1, got {gif_every}")
+    _check_count("gif_every", gif_every, 1)
     for name, path in (("gif", gif), ("mp4", mp4)):
         if path is not None:
             check_output_file(path, name, f".{name}")
@@ -229,18 +228,30 @@ def _summary(records, policy_dir, preprocessing, sample, epsilon, max_agent_step
 
 
 def _check_settings(episodes, epsilon, sticky_action_prob, noop_max, max_agent_steps, seed):
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
-    if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
-    if sticky_action_prob is not None and not 0.0 <= sticky_action_prob <= 1.0:
-        raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob}")
-    if noop_max is not None and noop_max < 0:
-        raise ValueError(f"noop_max must be >= 0, got {noop_max}")
-    if max_agent_steps is not None and max_agent_steps < 1:
-        raise ValueError(f"max_agent_steps must be >= 1, got {max_agent_steps}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    _check_count("episodes", episodes, 1)
+    _check_probability("epsilon", epsilon)
+    if sticky_action_prob is not None:
+        _check_probability("sticky_action_prob", sticky_action_prob)
+    if noop_max is not None:
+        _check_count("noop_max", noop_max, 0)
+    if max_agent_steps is not None:
+        _check_count("max_agent_steps", max_agent_steps, 1)
+    _check_count("seed", seed, 0)
+
+
+def _check_count(name: str, value, low: int) -> None:
+    """A one-line ValueError unless `value` is an integer (not a bool) of at least `low`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _check_probability(name: str, value) -> None:
+    """A one-line ValueError unless `value` is a number in [0, 1] (not NaN, not a bool)."""
+    number = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    if not (number and 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
 
 
 def gif_frame_ms(every: int, frame_skip: int) -> int:

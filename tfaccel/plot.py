@@ -27,6 +27,7 @@ class Run:
     wall_s: np.ndarray  # [K]
     score: np.ndarray  # [K] mean raw score of the last 20 games
     config_key: str  # operative config without seeds (runs alike up to the seed share it)
+    seed_key: str = ""  # its seed lines (runs with the same one are repeats, not seeds)
 
 
 class NoFinishedGame(ValueError):
@@ -68,6 +69,7 @@ def load_run(run_dir: str) -> Run:
         wall_s=np.array([float(row["wall_s"]) for row in scored]),
         score=np.array([float(row["episode_return_raw_mean"]) for row in scored]),
         config_key=_SEED_LINE.sub("", config).strip(),
+        seed_key="\n".join(_SEED_LINE.findall(config)),
     )
 
 
@@ -107,7 +109,11 @@ def curves(runs: list[Run], axis: str = "frames", points: int = 200) -> list[Cur
             scores = np.stack(
                 [np.interp(x, xr, run.score) for xr, run in zip(xs, members, strict=True)]
             )
-        label = names[0] if len(names) == 1 else f"{_common_name(names)} ({len(names)} seeds)"
+        seeds = len({run.seed_key for run in members})
+        count = (
+            f"{len(names)} seeds" if seeds == len(names) else f"{len(names)} runs, {seeds} seeds"
+        )
+        label = names[0] if len(names) == 1 else f"{_common_name(names)} ({count})"
         result.append(
             Curve(label, names, x, scores.mean(0), scores.min(0), scores.max(0))
         )  # fmt: skip
@@ -131,6 +137,14 @@ def load_runs(run_dirs: list[str], warn=print) -> list[Run]:
             about.
         ValueError: none of them is a run directory.
     """
+    given = [os.path.realpath(run_dir) for run_dir in run_dirs]
+    twice = [
+        d
+        for i, d in enumerate(run_dirs)
+        if given.count(given[i]) > 1 and given.index(given[i]) == i
+    ]
+    if twice:  # averaged with itself, it would count as two seeds
+        raise ValueError(f"run directory given twice: {', '.join(twice)}; give each once")
     runs, left_out = [], []
     for run_dir in run_dirs:
         try:
@@ -167,12 +181,16 @@ def plot(
         The curves of the frames panel (for tests and captions); none without a finished game.
 
     Raises:
-        ValueError: `out` cannot be written (a directory, a missing directory), or no run
-            directory is given (a directory without metrics.csv), both before any drawing.
+        ValueError: `out` cannot be written (a directory, a missing directory), `target` is
+            not a finite number, a run directory is given twice, or no run directory is given
+            (a directory without metrics.csv), all before any drawing.
     """
     from tfaccel.evaluate import check_output_file
 
     check_output_file(out, "out")
+    number = isinstance(target, (int, float, np.number)) and not isinstance(target, bool)
+    if target is not None and not (number and math.isfinite(target)):
+        raise ValueError(f"target must be a finite score (a number), got {target!r}")
     try:
         runs, empty = load_runs(run_dirs, warn), None
     except NoFinishedGame as error:

@@ -29,6 +29,7 @@ before TensorFlow's start-up messages and the games run without it.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from collections.abc import Callable
@@ -65,6 +66,8 @@ def read_metadata(policy_dir: str) -> dict:
     Raises:
         ValueError: the directory is missing, or it is not a tfaccel policy.
     """
+    if not isinstance(policy_dir, (str, os.PathLike)):
+        raise ValueError(f"policy_dir must be a directory path, got {policy_dir!r}")
     if not os.path.exists(policy_dir):
         raise ValueError(f"policy directory {policy_dir} does not exist")
     if not os.path.isdir(policy_dir):
@@ -166,7 +169,8 @@ class Policy:
             observation: uint8 [B, H, W, C], preprocessed and stacked as the metadata describes.
 
         Returns:
-            `action` int32 [B] (greedy), the raw head, and `sampled_action` int32 [B] for logits.
+            `action` int32 [B] (greedy), the raw head, and `sampled_action` int32 [B] for logits
+            (empty arrays for B = 0).
 
         Raises:
             ValueError: the observation has the wrong shape or dtype.
@@ -181,6 +185,12 @@ class Policy:
                 f"of the env's observations, preprocessed and stacked as the policy's json says), "
                 f"got {observation.dtype} {_shape_text(observation.shape)}"
             )
+        if len(observation) == 0:
+            # TensorFlow's CPU convolution fails on an empty batch: the outputs of one
+            # observation, cut to none, give the empty arrays with their dtypes and shapes.
+            one = np.zeros((1, *self.observation_shape), self.observation_dtype)
+            outputs = self._signature(observation=one)
+            return {name: value.numpy()[:0] for name, value in outputs.items()}
         outputs = self._signature(observation=observation)
         return {name: value.numpy() for name, value in outputs.items()}
 
@@ -314,7 +324,11 @@ class AtariGame:
     @staticmethod
     def _check(settings: dict) -> None:
         if settings["game"] not in roms.get_all_rom_ids():
-            raise ValueError(f"ale-py {ale_py.__version__} ships no ROM for {settings['game']!r}")
+            close = difflib.get_close_matches(str(settings["game"]), roms.get_all_rom_ids(), n=3)
+            raise ValueError(
+                f"ale-py {ale_py.__version__} ships no ROM for {settings['game']!r} (the "
+                f"policy's game); closest names it has: {', '.join(close) or 'none'}"
+            )
         if not ale_py.ALEInterface.isSupportedROM(roms.get_rom_path(settings["game"])):
             raise ValueError(  # loading it would end the process
                 f"ale-py {ale_py.__version__} ships a ROM for {settings['game']!r} that ALE "

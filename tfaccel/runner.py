@@ -30,6 +30,7 @@ import numpy as np
 from tfaccel import networks
 from tfaccel.envs.pool import EnvPool, SerialPool
 from tfaccel.logger import Progress
+from tfaccel.types import check_field_types
 
 
 def peak_rss_mib() -> float:
@@ -102,6 +103,7 @@ class PoolConfig:
 
     def __post_init__(self):
         """Checks the layout when gin (or a caller) makes it, naming the binding to change."""
+        check_field_types(self)  # None or '4' for a number is named, not a TypeError
         if self.num_workers < 0 or self.envs_per_worker <= 0:
             raise ValueError(
                 "PoolConfig.num_workers must be 0 or more and PoolConfig.envs_per_worker 1 or "
@@ -197,6 +199,7 @@ class RunConfig:
 
     def __post_init__(self):
         """Checks the counts when gin (or a caller) makes the settings, naming the binding."""
+        check_field_types(self)  # None or '4' for a number is named, not a TypeError
         for name in ("total_frames", "log_interval_frames", "checkpoint_interval_frames"):
             if getattr(self, name) <= 0:
                 raise ValueError(

@@ -71,15 +71,26 @@ def test_bench_sampler_writes_json_and_plot(tmp_path):
         ),
         (["bin/bench_sampler", "--layouts=2by8"], "layout '2by8' is not WORKERSxENVS_PER_WORKER"),
         (["bin/bench_sampler", "--peers=rlpyt"], "unknown peers ['rlpyt']"),
+        # each checked before the first measurement, not after minutes of them
+        (["bin/bench_sampler", "--seconds=0"], "--seconds must be a positive number"),
+        (["bin/bench_sampler", "--seconds=nan"], "--seconds must be a positive number"),
+        (["bin/bench_sampler", "--tf_threads=-1"], "--tf_threads must be 0"),
+        (["bin/bench_sampler", "--worker_niceness=50"], "--worker_niceness must be from 0 to 19"),
+        (["bin/bench_sampler", "--layouts=0x4"], "--layouts: layout '0x4' needs at least 1"),
+        (["bin/bench_sampler", "--training_layouts=3x3"], "into 2 alternating groups: give a"),
+        (["bin/bench_sampler", "--peer_envs=-8"], "--peer_envs '-8' is not a list of positive"),
+        (["bin/bench_sampler", "--json=/nonexistent/b.json"], "the directory /nonexistent does"),
+        (["bin/bench_sampler", "--plot=/nonexistent/b.png"], "the directory /nonexistent does"),
         (["bin/pool_demo", "--game=Pongg"], "unknown Atari game 'Pongg'"),
         (["bin/pool_demo", "--envs_per_worker=3"], "envs_per_worker (3) must split evenly"),
     ],
 )
 def test_user_errors_end_with_one_line(args, message):
-    result = run(*args, "--seconds=0.1", timeout=120)
+    result = run(args[0], "--seconds=0.1", *args[1:], timeout=120)  # a flag given wins
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    assert "raw single process" not in result.stdout  # refused before any measurement
 
 
 def test_pool_demo_runs_and_reports():

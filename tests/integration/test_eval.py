@@ -80,6 +80,10 @@ def test_eval_prints_scores_and_writes_gif_and_mp4(pong_policy, tmp_path):
             ["--policy_dir=/nonexistent", "--mp4=/nonexistent/a.mp4"],
             "error: cannot write mp4=/nonexistent/a.mp4: the directory /nonexistent does not exist",
         ),
+        (  # it was ignored without a word
+            ["--policy_dir=pretrained/a2c_pong", "--gif_every=2"],
+            "error: --gif_every sets the frames of a GIF: give --gif=FILE.gif with it",
+        ),
         (
             ["--policy_dir=pretrained/a2c_pong", "--gif=/nonexistent/a.gif"],
             "error: cannot write gif=/nonexistent/a.gif: the directory /nonexistent does not exist",

@@ -652,6 +652,10 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
             ["--gin_bindings=PoolConfig.num_workers = 2.5"],
             "PoolConfig.num_workers = 2.5: it must be an int",
         ),
+        (  # gin's check leaves None alone: it was a 45-line TypeError
+            ["--gin_bindings=RunConfig.seed = None"],
+            "RunConfig.seed must be an int, got None (NoneType)",
+        ),
         (
             ["--gin_bindings=trian.total_frames = 5"],  # a misspelt configurable
             "no configurable named 'trian'; did you mean train? configurables: ",

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 
+# The directory that holds the tfaccel package: a checkout, or site-packages.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -61,7 +62,9 @@ def training_sps(
             "RunConfig.checkpoint_interval_frames = 10_000_000_000",
             *extra_bindings,
         ]
-        command = [sys.executable, os.path.join(ROOT, "bin", "train"), f"--gin_file={config}"]
+        # The package's own command, not bin/train: an install from a wheel has no bin/. Run
+        # from the directory that holds this tfaccel, so that it is the one imported.
+        command = [sys.executable, "-m", "tfaccel.commands.train", f"--gin_file={config}"]
         command += [f"--root_dir={root_dir}"] + [f"--gin_bindings={b}" for b in bindings]
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:

@@ -15,15 +15,36 @@ import sys
 from tfaccel import commands
 
 
-def layouts(text: str) -> list[tuple[int, int]]:
-    """`2x8,4x16` -> [(2, 8), (4, 16)] (workers x envs per worker)."""
+def layouts(text: str, flag: str, groups: int = 1) -> list[tuple[int, int]]:
+    """`2x8,4x16` -> [(2, 8), (4, 16)] (workers x envs per worker); exits with one line for a
+    layout that is not one, has no worker or env, or whose envs per worker do not split into
+    `groups` groups."""
     found = []
     for value in [part for part in text.split(",") if part]:
         try:
             workers, per_worker = (int(part) for part in value.lower().split("x"))
         except ValueError:
             commands.fail(f"layout {value!r} is not WORKERSxENVS_PER_WORKER, e.g. 2x16")
+        if workers < 1 or per_worker < 1:
+            commands.fail(f"{flag}: layout {value!r} needs at least 1 worker of at least 1 env")
+        if per_worker % groups:
+            commands.fail(
+                f"{flag}: layout {value!r} has {per_worker} envs per worker, which do not split "
+                f"into {groups} alternating groups: give a multiple of {groups}, e.g. "
+                f"{workers}x{per_worker + groups - per_worker % groups}"
+            )
         found.append((workers, per_worker))
+    return found
+
+
+def counts(text: str, flag: str) -> list[int]:
+    """`8,16` -> [8, 16]; exits with one line unless each is a positive integer."""
+    try:
+        found = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        found = [0]
+    if any(count < 1 for count in found):
+        commands.fail(f"{flag} {text!r} is not a list of positive env counts, e.g. 8,16")
     return found
 
 
@@ -64,8 +85,39 @@ def parse_flags(argv=None):
     return parser.parse_args(argv)
 
 
+def check_flags(flags) -> dict:
+    """The flags' values, checked before anything is measured (a bad one would otherwise end
+    the run after minutes of measuring, and lose them): one line and exit status 1 for a bad
+    one."""
+    from tfaccel.evaluate import check_output_file
+
+    if not 0 < flags.seconds < float("inf"):
+        commands.fail(f"--seconds must be a positive number of seconds, got {flags.seconds}")
+    if flags.tf_threads < 0:
+        commands.fail(
+            f"--tf_threads must be 0 (TensorFlow's choice) or more, got {flags.tf_threads}"
+        )
+    if not 0 <= flags.worker_niceness <= 19:
+        commands.fail(f"--worker_niceness must be from 0 to 19, got {flags.worker_niceness}")
+    for name in ("json", "plot"):
+        if getattr(flags, name) is not None:
+            try:
+                check_output_file(getattr(flags, name), f"--{name}")
+            except ValueError as error:
+                commands.fail(str(error))
+    return {
+        "pool_layouts": layouts(flags.layouts, "--layouts"),
+        # the same pools with one group, then two alternating; the training is a2c.gin's two
+        "inference_layouts": layouts(flags.inference_layouts, "--inference_layouts", groups=2),
+        "training_layouts": layouts(flags.training_layouts, "--training_layouts", groups=2),
+        "peer_envs": counts(flags.peer_envs, "--peer_envs"),
+        "peers": [peer for peer in flags.peers.split(",") if peer],
+    }
+
+
 def main(argv=None) -> int:
     flags = parse_flags(argv)
+    checked = check_flags(flags)
     if flags.tf_threads:
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(flags.tf_threads)
         os.environ["TF_NUM_INTEROP_THREADS"] = "1"
@@ -73,24 +125,19 @@ def main(argv=None) -> int:
     with commands.tensorflow_imported_quietly():
         from tfaccel.bench import sampler
 
-    peers = [peer for peer in flags.peers.split(",") if peer]
-    unknown = set(peers) - set(sampler.PEERS)
+    unknown = set(checked["peers"]) - set(sampler.PEERS)
     if unknown:
         commands.fail(f"unknown peers {sorted(unknown)}; valid: {sorted(sampler.PEERS)}")
-    try:
-        peer_envs = [int(n) for n in flags.peer_envs.split(",") if n]
-    except ValueError:
-        commands.fail(f"--peer_envs {flags.peer_envs!r} is not a list of env counts, e.g. 8,16")
     try:
         result = sampler.run(
             flags.game,
             flags.seconds,
-            layouts(flags.layouts),
-            layouts(flags.inference_layouts),
-            peer_envs,
-            peers,
+            checked["pool_layouts"],
+            checked["inference_layouts"],
+            checked["peer_envs"],
+            checked["peers"],
             flags.worker_niceness,
-            layouts(flags.training_layouts),
+            checked["training_layouts"],
         )
     except ValueError as error:
         commands.fail(commands.first_line(error))

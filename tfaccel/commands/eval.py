@@ -26,7 +26,9 @@ def parse_flags(argv=None):
     )
     parser.add_argument("--episodes", type=int, default=10, help="full games to play")
     parser.add_argument("--gif", default=None, help="write an animated GIF of the first game here")
-    parser.add_argument("--gif_every", type=int, default=4, help="the GIF shows every k-th step")
+    parser.add_argument(
+        "--gif_every", type=int, default=None, help="the GIF shows every k-th step (default: 4)"
+    )
     parser.add_argument(
         "--mp4", default=None, help="write an MP4 of the first game here: every step, real time"
     )
@@ -67,6 +69,8 @@ def parse_flags(argv=None):
 
 def main(argv=None) -> int:
     flags = parse_flags(argv)
+    if flags.gif_every is not None and flags.gif is None:
+        commands.fail("--gif_every sets the frames of a GIF: give --gif=FILE.gif with it")
     commands.tensorflow_started_quietly()
     with commands.tensorflow_imported_quietly():
         from tfaccel import evaluate
@@ -87,7 +91,7 @@ def main(argv=None) -> int:
             max_agent_steps=flags.max_agent_steps,
             seed=flags.seed,
             gif=flags.gif,
-            gif_every=flags.gif_every,
+            gif_every=4 if flags.gif_every is None else flags.gif_every,
             mp4=flags.mp4,
             on_game=report,
         )
