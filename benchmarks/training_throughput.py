@@ -7,7 +7,7 @@ K = 1 and 2 asynchronous learners (a3c.gin) against one synchronous learner on t
     .venv/bin/python benchmarks/training_throughput.py --suite=async --seconds=40 \
         --json=benchmarks/results/speed/training_throughput__async.json
 
-Each variant runs bin/train for a warm-up (12 s; 25 s for the asynchronous suite, whose learners
+Each variant runs tfaccel-train for a warm-up (12 s; 25 s for the asynchronous suite, whose learners
 start one after the other) plus `--seconds`, in a fresh process; agent steps/s count every
 learner's envs. The limit (one process stepping one Pong env with random actions, times the
 cores) is measured in the same run, before the variants and after each round of them; rows

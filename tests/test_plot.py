@@ -190,7 +190,7 @@ def test_repeats_of_one_seed_are_runs_and_a_directory_twice_or_a_bad_target_is_r
     itself; `target='high'` drew a category axis, and nan nothing."""
     repeats = [make_run(tmp_path / f"crash_{i}", [1, 2, 3], seed=0) for i in range(2)]
     (curve,) = plot.curves([plot.load_run(d) for d in repeats], axis="frames")
-    assert curve.label == "crash (2 runs, 1 seeds)"
+    assert curve.label == "crash (2 runs, 1 seed)"
     out = str(tmp_path / "c.png")
     with pytest.raises(ValueError, match=r"run directory given twice: .*crash_0; give each once"):
         plot.plot([repeats[0], repeats[1], os.path.join(repeats[0], "")], out)

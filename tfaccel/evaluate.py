@@ -249,7 +249,9 @@ def _check_count(name: str, value, low: int) -> None:
 
 def _check_probability(name: str, value) -> None:
     """A one-line ValueError unless `value` is a number in [0, 1] (not NaN, not a bool)."""
-    number = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, bool
+    )
     if not (number and 0.0 <= value <= 1.0):
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
 

@@ -110,9 +110,9 @@ def curves(runs: list[Run], axis: str = "frames", points: int = 200) -> list[Cur
                 [np.interp(x, xr, run.score) for xr, run in zip(xs, members, strict=True)]
             )
         seeds = len({run.seed_key for run in members})
-        count = (
-            f"{len(names)} seeds" if seeds == len(names) else f"{len(names)} runs, {seeds} seeds"
-        )
+        count = f"{len(names)} seeds"
+        if seeds < len(names):  # repeats of a seed
+            count = f"{len(names)} runs, {seeds} seed{'s' * (seeds > 1)}"
         label = names[0] if len(names) == 1 else f"{_common_name(names)} ({count})"
         result.append(
             Curve(label, names, x, scores.mean(0), scores.min(0), scores.max(0))
@@ -188,7 +188,9 @@ def plot(
     from tfaccel.evaluate import check_output_file
 
     check_output_file(out, "out")
-    number = isinstance(target, (int, float, np.number)) and not isinstance(target, bool)
+    number = isinstance(target, (int, float, np.integer, np.floating)) and not isinstance(
+        target, bool
+    )
     if target is not None and not (number and math.isfinite(target)):
         raise ValueError(f"target must be a finite score (a number), got {target!r}")
     try:

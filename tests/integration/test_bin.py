@@ -77,6 +77,7 @@ def test_bench_sampler_writes_json_and_plot(tmp_path):
         (["bin/bench_sampler", "--tf_threads=-1"], "--tf_threads must be 0"),
         (["bin/bench_sampler", "--worker_niceness=50"], "--worker_niceness must be from 0 to 19"),
         (["bin/bench_sampler", "--layouts=0x4"], "--layouts: layout '0x4' needs at least 1"),
+        (["bin/bench_sampler", "--layouts=1x3"], "into 2 alternating groups: give a multiple"),
         (["bin/bench_sampler", "--training_layouts=3x3"], "into 2 alternating groups: give a"),
         (["bin/bench_sampler", "--peer_envs=-8"], "--peer_envs '-8' is not a list of positive"),
         (["bin/bench_sampler", "--json=/nonexistent/b.json"], "the directory /nonexistent does"),

@@ -1,4 +1,4 @@
-"""End-to-end training throughput: bin/train for a while, agent steps/s read from metrics.csv.
+"""End-to-end training throughput: tfaccel-train for a while, agent steps/s read from metrics.csv.
 
 The third level of measurement, after the pool alone and the pool with inference
 (docs/results.md, "Throughput"): simulation, inference and learning share the cores. The run
@@ -62,11 +62,18 @@ def training_sps(
             "RunConfig.checkpoint_interval_frames = 10_000_000_000",
             *extra_bindings,
         ]
-        # The package's own command, not bin/train: an install from a wheel has no bin/. Run
-        # from the directory that holds this tfaccel, so that it is the one imported.
+        # The package's own command, not bin/train: an install from a wheel has no bin/. The
+        # directory that holds this tfaccel goes first on the path, so it is the one imported.
         command = [sys.executable, "-m", "tfaccel.commands.train", f"--gin_file={config}"]
         command += [f"--root_dir={root_dir}"] + [f"--gin_bindings={b}" for b in bindings]
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path},
+        )
         if done.returncode:
             raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
         with open(os.path.join(root_dir, "metrics.csv"), newline="") as handle:

@@ -233,7 +233,7 @@ def _add_row(result, log, workers, per_worker, inference, measured: dict) -> Non
         "sampler": "tfaccel",
         "workers": workers,
         "envs_per_worker": per_worker,
-        "envs": workers * per_worker,
+        "envs": max(workers, 1) * per_worker,  # 0 workers: the envs step in the trainer
         "inference": inference,
     }
     row.update(measured)
@@ -250,7 +250,7 @@ def _add_row(result, log, workers, per_worker, inference, measured: dict) -> Non
             f"wait {row['wait_us']:.0f} us"
         )
     log(
-        f"{'tfaccel':>20} {workers * per_worker:>4} envs   {inference:<12} {sps:>8,.0f}  "
+        f"{'tfaccel':>20} {row['envs']:>4} envs   {inference:<12} {sps:>8,.0f}  "
         f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker}; {detail})"
     )
 

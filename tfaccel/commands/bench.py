@@ -15,23 +15,26 @@ import sys
 from tfaccel import commands
 
 
-def layouts(text: str, flag: str, groups: int = 1) -> list[tuple[int, int]]:
+def layouts(text: str, flag: str, min_workers: int = 1) -> list[tuple[int, int]]:
     """`2x8,4x16` -> [(2, 8), (4, 16)] (workers x envs per worker); exits with one line for a
-    layout that is not one, has no worker or env, or whose envs per worker do not split into
-    `groups` groups."""
+    layout that is not one, has fewer than `min_workers` workers or no env, or whose envs per
+    worker do not split into the 2 alternating groups every measurement but the synchronous
+    one uses."""
     found = []
     for value in [part for part in text.split(",") if part]:
         try:
             workers, per_worker = (int(part) for part in value.lower().split("x"))
         except ValueError:
             commands.fail(f"layout {value!r} is not WORKERSxENVS_PER_WORKER, e.g. 2x16")
-        if workers < 1 or per_worker < 1:
-            commands.fail(f"{flag}: layout {value!r} needs at least 1 worker of at least 1 env")
-        if per_worker % groups:
+        if workers < min_workers or per_worker < 1:
+            commands.fail(
+                f"{flag}: layout {value!r} needs at least {min_workers} worker(s) and 1 env per "
+                "worker"
+            )
+        if per_worker % 2:
             commands.fail(
                 f"{flag}: layout {value!r} has {per_worker} envs per worker, which do not split "
-                f"into {groups} alternating groups: give a multiple of {groups}, e.g. "
-                f"{workers}x{per_worker + groups - per_worker % groups}"
+                f"into 2 alternating groups: give a multiple of 2, e.g. {workers}x{per_worker + 1}"
             )
         found.append((workers, per_worker))
     return found
@@ -107,9 +110,9 @@ def check_flags(flags) -> dict:
                 commands.fail(str(error))
     return {
         "pool_layouts": layouts(flags.layouts, "--layouts"),
-        # the same pools with one group, then two alternating; the training is a2c.gin's two
-        "inference_layouts": layouts(flags.inference_layouts, "--inference_layouts", groups=2),
-        "training_layouts": layouts(flags.training_layouts, "--training_layouts", groups=2),
+        "inference_layouts": layouts(flags.inference_layouts, "--inference_layouts"),
+        # 0 workers: the envs step in the training process (PoolConfig.num_workers = 0)
+        "training_layouts": layouts(flags.training_layouts, "--training_layouts", min_workers=0),
         "peer_envs": counts(flags.peer_envs, "--peer_envs"),
         "peers": [peer for peer in flags.peers.split(",") if peer],
     }
