@@ -135,7 +135,7 @@ def load_runs(run_dirs: list[str], warn=print) -> list[Run]:
         NoFinishedGame: none has a finished game, and some are run directories: its message
             names them (`no finished game yet in NAME (N frames), ...`); the others were warned
             about.
-        ValueError: none of them is a run directory.
+        ValueError: none of them is a run directory, or one is given twice.
     """
     given = [os.path.realpath(run_dir) for run_dir in run_dirs]
     twice = [
