@@ -18,11 +18,16 @@ class Team:
     def stop(self, flag):
         return bool(flag)
 
+    def agent_steps(self, base_steps, local_steps):
+        return base_steps + local_steps
+
 
 def make_loop(tmp_path, total=1000, log_every=300, save_every=500, counters=None, **options):
     counters = counters or checkpoint.Counters()
     sampler = types.SimpleNamespace(
-        seconds={"env": 1.0, "inference": 0.5}, pool=types.SimpleNamespace(restarts=0)
+        seconds={"env": 1.0, "inference": 0.5},
+        pool=types.SimpleNamespace(restarts=0),
+        agent_steps=0,
     )
     saves = []
     log = MetricsLogger(str(tmp_path), stream=io.StringIO())
@@ -93,6 +98,25 @@ def test_a_stop_at_the_wall_limit_or_by_another_process_says_so(tmp_path):
     loop.advance([], 100)
     assert loop.should_stop(stop) and loop.finish(stop)["stopped_by"] == "another process"
     assert "stopped with another process of the run at 400 frames" in log._stream.getvalue()
+
+
+class LastStepsElsewhere(VotedStop):
+    """Another process added its last steps after this one counted, then voted to stop."""
+
+    def agent_steps(self, base_steps, local_steps):
+        return base_steps + local_steps + 260
+
+
+def test_the_steps_another_process_added_before_the_stop_are_in_the_last_row(tmp_path):
+    loop, saves, _ = make_loop(tmp_path)
+    loop._team = LastStepsElsewhere()
+    loop.advance([], 240)  # 960 frames when this process counted
+    stop = types.SimpleNamespace(signal_name=None)
+    assert loop.should_stop(stop)
+    summary = loop.finish(stop)
+    assert int(rows(tmp_path)[-1]["env_frames"]) == 1040 and saves == [1040]
+    assert summary["env_frames"] == 1040 and summary["stopped_by"] is None  # it is complete
+    assert int(loop.counters.agent_steps) == 260  # a resume does not take them again
 
 
 def test_a_resumed_run_counts_on_and_a_complete_one_says_so(tmp_path):

@@ -340,6 +340,11 @@ class Loop:
     def finish(self, stop) -> dict:
         """Logs and saves the frames not yet logged and saved, says why the run stopped, and
         returns its summary."""
+        # Another process of the team may have added its last steps between this one's count
+        # and the stop vote: the final row and checkpoint take them too (a resume would redo
+        # them, and the last row would fall short of the total).
+        steps = self._team.agent_steps(self.base_steps, self._sampler.agent_steps)
+        self.frames = max(self.frames, steps * self.frame_skip)
         if self.frames > self.last_log:
             self.write_row()
         self.save_if_behind()

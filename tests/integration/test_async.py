@@ -34,11 +34,12 @@ def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
     assert not (tmp_path / "learner-1" / "policy").exists()  # only the chief exports
     done_first = int(rows(tmp_path)[-1]["env_frames"])
     assert done_first >= 1000
-    # Both learners' steps count: the agent steps the chief logs are more than its own updates
-    # took (each 2 envs of one group x 5 steps under smoke.gin), and no more than both learners'
-    # updates and the rollout each had in flight (the other group's) took.
+    # Both learners' steps count: the agent steps the chief logs are those both learners'
+    # updates took (each 2 envs of one group x 5 steps under smoke.gin), give or take the
+    # rollout each had in flight (the other group's) and learner-1's last update, which may come
+    # after the chief's count. Counting the chief's alone falls short once learner-1 made 3.
     own = [updates(path / "checkpoints") * 2 * 5 for path in (tmp_path, tmp_path / "learner-1")]
-    assert own[0] < done_first // 4 <= sum(own) + 2 * 10, (own, done_first)
+    assert sum(own) - 2 * 10 <= done_first // 4 <= sum(own) + 2 * 10, (own, done_first)
     second = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout

@@ -53,6 +53,8 @@ def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
         "a2c.gin",
         "RunConfig.total_frames = 10_000_000",
         "make_strategy.timeout_seconds = 30",
+        # no checkpoint before the kill, however fast the first updates run
+        "RunConfig.checkpoint_interval_frames = 10_000_000",
     )
     deadline = time.time() + 240
     while not (tmp_path / "worker-1" / "metrics.csv").exists():  # both are training
