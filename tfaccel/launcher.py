@@ -34,7 +34,7 @@ from tfaccel import console, networks, run_dir
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
-from tfaccel.envs.pool import PoolError, signals_blocked_while_starting
+from tfaccel.envs.pool import PoolError, exit_reason, signals_blocked_while_starting
 from tfaccel.envs.worker import SHM_DIR
 from tfaccel.guards import StopRequest
 
@@ -250,7 +250,7 @@ def _outcome(stop, failed, summaries: dict, sync) -> dict:
             return {"stopped_by": stop.signal_name}
     if failed:
         report = summaries.get(failed[0], {})
-        cause = report.get("error", f"exit code {failed[1]}")
+        cause = report.get("error") or exit_reason(failed[1])
         then = (  # a rejected setting fails again: resuming is no advice
             "" if report.get("setting") else
             " (a running learner saves a checkpoint first): "
@@ -260,8 +260,12 @@ def _outcome(stop, failed, summaries: dict, sync) -> dict:
             f"learner {failed[0]} of the asynchronous run failed: {cause}; the others were "
             f"stopped{then}"
         )
-    if stop.signal_name:  # the learners may have seen another signal first (a forwarded one)
-        summaries[0] = dict(summaries[0], stopped_by=stop.signal_name)
+    signalled = [  # a signal sent to one learner alone stopped them all: the run is unfinished
+        summary["stopped_by"] for summary in summaries.values()
+        if summary.get("stopped_by") in ("SIGINT", "SIGTERM")
+    ]  # fmt: skip
+    if stop.signal_name or signalled:  # the learners may have seen another signal first
+        summaries[0] = dict(summaries[0], stopped_by=stop.signal_name or signalled[0])
     if sync is not None:
         digest = sync.digest()
         print(

@@ -43,6 +43,19 @@ def test_a_learners_value_error_is_a_rejected_setting_only_before_it_joined_the_
         launcher._outcome(types.SimpleNamespace(signal_name=None), (1, 1), {1: report}, None)
 
 
+def test_a_killed_learner_is_named_by_its_signal_and_a_stopped_one_stops_the_run():
+    """`exit code -9` became `killed by SIGKILL`; a SIGTERM to one learner ended the run as
+    finished (status 0, no signal in its summary)."""
+    running = types.SimpleNamespace(signal_name=None)
+    with pytest.raises(launcher.LearnerFailed, match="learner 1 of the asynchronous run failed: "
+                       "killed by SIGKILL; the others were stopped"):  # fmt: skip
+        launcher._outcome(running, (1, -signal.SIGKILL), {0: {"stopped_by": "SIGTERM"}}, None)
+    summaries = {0: {"stopped_by": "another process"}, 1: {"stopped_by": "SIGTERM"}}
+    assert launcher._outcome(running, None, summaries, None)["stopped_by"] == "SIGTERM"
+    finished = {0: {"stopped_by": None}, 1: {"stopped_by": None}}
+    assert launcher._outcome(running, None, finished, None)["stopped_by"] is None
+
+
 def test_a_learners_failing_env_is_to_be_fixed_before_the_same_command_resumes():
     report = {"error": "worker 0 failed: env 3 returned ...", "setting": False, "env": True}
     with pytest.raises(launcher.LearnerFailed, match=r"checkpoint first\): fix the env, then the "

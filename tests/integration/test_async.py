@@ -139,13 +139,18 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "name, status",
-    [("SIGTERM", 143), ("SIGINT", 130)],  # the launcher alone, as a job scheduler stops a job;
-    ids=["sigterm_to_the_launcher", "ctrl_c_to_the_group"],  # Ctrl-C: the terminal's group
+    "name, status, to",
+    [("SIGTERM", 143, "launcher"), ("SIGINT", 130, "group"), ("SIGTERM", 143, "learner-1")],
+    # the launcher alone, as a job scheduler stops a job; Ctrl-C: the terminal's group; one
+    # learner alone (by its pid)
+    ids=["sigterm_to_the_launcher", "ctrl_c_to_the_group", "sigterm_to_a_learner"],
 )
-def test_a_stop_signal_stops_the_learners_cleanly_and_is_the_runs_status(tmp_path, name, status):
+def test_a_stop_signal_stops_the_learners_cleanly_and_is_the_runs_status(
+    tmp_path, name, status, to
+):
     """A Ctrl-C ended the run with 143 and "stopped by SIGTERM": the launcher forwarded SIGTERM,
-    and the chief learner reported the forwarded signal."""
+    and the chief learner reported the forwarded signal. A SIGTERM to one learner ended the
+    run with status 0, as if it had finished, so `train && eval` went on."""
     process = subprocess.Popen(
         [sys.executable, "bin/train", f"--root_dir={tmp_path}", "--gin_file=catch_a3c.gin",
          "--gin_bindings=RunConfig.total_frames = 100_000_000"],
@@ -156,13 +161,18 @@ def test_a_stop_signal_stops_the_learners_cleanly_and_is_the_runs_status(tmp_pat
     while time.monotonic() < deadline and not (tmp_path / "metrics.csv").exists():
         time.sleep(0.2)
     learners = descendants(process.pid)
-    if name == "SIGTERM":
+    if to == "launcher":
         process.send_signal(signal.SIGTERM)
-    else:
+    elif to == "group":
         os.killpg(process.pid, signal.SIGINT)
+    else:  # its lock: `pid <pid>: <command>`
+        while not (lock := (tmp_path / "learner-1" / ".lock")).exists():
+            time.sleep(0.2)
+        os.kill(int(lock.read_text().split(":")[0].split()[1]), signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == status, err[-3000:]
-    assert f"stopped by {name}" in out and "checkpoint saved" in out, out[-2000:]
+    said = f"stopped by {name}" if to != "learner-1" else "stopped with another process of the run"
+    assert said in out and "checkpoint saved" in out, out[-2000:]
     assert "SIGTERM" not in out or name == "SIGTERM", out[-2000:]
     assert "leaked" not in err  # the launcher released its locks, not the resource tracker
     deadline = time.monotonic() + 30  # a process may still be on its way out

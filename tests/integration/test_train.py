@@ -850,23 +850,34 @@ def test_resuming_with_settings_that_change_the_variables_names_them(tmp_path):
     assert same.returncode == 0, same.stderr[-3000:]
 
 
-def test_ctrl_c_while_starting_is_one_line_and_status_130(tmp_path):
+@pytest.mark.parametrize(
+    "name, status, when",
+    [("SIGINT", 130, "importing"), ("SIGTERM", 143, "importing"), ("SIGTERM", 143, "made")],
+)
+def test_a_stop_while_starting_is_one_line_and_its_status(tmp_path, name, status, when):
     """Before the loop takes SIGINT over (importing TensorFlow, loading the game, starting the
-    pool) Ctrl-C printed a traceback."""
+    pool) Ctrl-C printed a traceback; SIGTERM killed the process where it stood, which left the
+    run directory it had made (a lock and tb/) and no word."""
+    run = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "bin", "train"), "--gin_file=a2c.gin",
-         "--gin_file=smoke.gin", f"--root_dir={tmp_path / 'run'}"],
+         "--gin_file=smoke.gin", f"--root_dir={run}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         preexec_fn=as_from_a_terminal,
     )  # fmt: skip
-    time.sleep(1.5)  # importing TensorFlow
-    process.send_signal(signal.SIGINT)
+    if when == "importing":
+        time.sleep(1.5)  # importing TensorFlow
+    else:  # the run directory is made; the env pool starts next
+        deadline = time.time() + 60
+        while not (run / "tb").exists() and time.time() < deadline:
+            time.sleep(0.01)
+    process.send_signal(getattr(signal, name))
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert process.returncode == status and "Traceback" not in stderr, stderr[-3000:]
     assert (
-        stderr.strip().splitlines()[-1] == "stopped by SIGINT while starting: nothing was trained"
+        stderr.strip().splitlines()[-1] == f"stopped by {name} while starting: nothing was trained"
     )
-    assert not (tmp_path / "run").exists()
+    assert not run.exists()
 
 
 def test_a_ppo_smoke_run_updates_at_a_rate_above_zero(tmp_path):

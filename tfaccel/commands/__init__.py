@@ -3,8 +3,9 @@ install (console scripts), and the same as `bin/train`, `bin/eval`, ... in a che
 
 Each command parses its own flags here (the library reads none), prints `--help` with every flag
 and exits 0, ends a user error with one line `error: ...` and exit status 1, ends after a Ctrl-C
-with one line `stopped by SIGINT ...` and exit status 130, and keeps TensorFlow's C++ start-up
-lines off the terminal.
+with one line `stopped by SIGINT ...` and exit status 130 (`tfaccel-train` also after a SIGTERM
+that comes before its loop takes the signal over: `stopped by SIGTERM ...`, 143), and keeps
+TensorFlow's C++ start-up lines off the terminal.
 """
 
 from __future__ import annotations
@@ -12,11 +13,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT's number: what a shell reports after a Ctrl-C
+TERMINATED_STATUS = 143  # 128 + SIGTERM's number
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM raised where the command stands (`raise_on_sigterm`): what it started unwinds
+    and cleans up as after a Ctrl-C, instead of the process dying where it stood."""
+
+
+def raise_on_sigterm() -> None:
+    """From now on, a SIGTERM raises `Terminated` (until a handler of the run's own replaces
+    this one: the training loop's saves a checkpoint first)."""
+
+    def handler(number, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def quiet_tensorflow() -> None:
@@ -83,12 +101,14 @@ def fail(message: str) -> NoReturn:
     sys.exit(f"error: {message}")
 
 
-def interrupted(detail: str = "") -> NoReturn:
+def interrupted(detail: str = "", error: BaseException | None = None) -> NoReturn:
     """Ends the command after a Ctrl-C (a KeyboardInterrupt its caller caught) with one line on
     stderr, `stopped by SIGINT` then `detail` (e.g. `after 3 of 10 games`), and exit status 130,
-    instead of a traceback."""
-    print(f"stopped by SIGINT {detail}".strip(), file=sys.stderr)
-    sys.exit(INTERRUPTED_STATUS)
+    instead of a traceback; after a SIGTERM (`error` a `Terminated`), `stopped by SIGTERM` and
+    143."""
+    terminated = isinstance(error, Terminated)
+    print(f"stopped by {'SIGTERM' if terminated else 'SIGINT'} {detail}".strip(), file=sys.stderr)
+    sys.exit(TERMINATED_STATUS if terminated else INTERRUPTED_STATUS)
 
 
 def exit_with(main: Callable[[], int]) -> NoReturn:

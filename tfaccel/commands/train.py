@@ -18,7 +18,7 @@ from tfaccel import commands
 
 STOPPED_STATUS = {
     "SIGINT": commands.INTERRUPTED_STATUS,
-    "SIGTERM": 143,
+    "SIGTERM": commands.TERMINATED_STATUS,
 }  # 128 + the signal's number, as shells report
 
 
@@ -172,10 +172,11 @@ def _plays_atari(policy_dir: str) -> bool:
 
 def run() -> None:
     """The `tfaccel-train` console script (and `bin/train`)."""
+    commands.raise_on_sigterm()  # as Ctrl-C does: what the run made while starting is removed
     try:
         status = main()
-    except KeyboardInterrupt:  # Ctrl-C before the training loop took over SIGINT: nothing to save
-        commands.interrupted("while starting: nothing was trained")
+    except KeyboardInterrupt as stop:  # a signal before the training loop took it over
+        commands.interrupted("while starting: nothing was trained", stop)
     sys.exit(status)
 
 

@@ -451,7 +451,7 @@ class EnvPool:
                     self._handle(w, fault, group, replaceable and byte == ERROR)
                     continue
                 self._processes[w].join(1.0)
-                reason = _exit_reason(self._processes[w].exitcode)
+                reason = exit_reason(self._processes[w].exitcode)
                 fault = f"{self._describe(w)} died while {what} ({reason})"
                 self._handle(w, fault, group, replaceable)
 
@@ -485,7 +485,7 @@ class EnvPool:
                 os.write(self._commands[w].fileno(), message)
             except (BrokenPipeError, OSError):
                 self._processes[w].join(1.0)
-                reason = _exit_reason(self._processes[w].exitcode)
+                reason = exit_reason(self._processes[w].exitcode)
                 error, fatal = self._unread_error(w)  # it failed on an earlier command, then exited
                 fault = f"{self._describe(w)} " + (
                     f"failed: {error}" if error else f"is gone ({reason})"
@@ -586,7 +586,8 @@ def _shutdown(processes, commands, replies, shm, shm_path, shm_fd) -> None:
     unmap_shared(shm)
 
 
-def _exit_reason(code: int | None) -> str:
+def exit_reason(code: int | None) -> str:
+    """Why a process ended, from its exit code: `killed by SIGKILL`, `exit code 1`."""
     if code is None:
         return "still running"
     if code < 0:

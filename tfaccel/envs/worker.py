@@ -209,7 +209,8 @@ def read_error_message(fd: int) -> str:
 
 def _send_error(fd: int, message: str, fatal: bool = False) -> None:
     data = message.encode("utf-8")
-    os.write(fd, (FATAL if fatal else ERROR) + struct.pack("<I", len(data)) + data)
+    with contextlib.suppress(BrokenPipeError):  # the trainer is gone: nobody to tell
+        os.write(fd, (FATAL if fatal else ERROR) + struct.pack("<I", len(data)) + data)
 
 
 def _set_process_name(name: str) -> None:
@@ -238,7 +239,7 @@ def worker_main(
         buffers = Buffers(spec, num_envs, shm)
         envs = [[env_factory(seed) for seed in group] for group in seeds]
         os.write(reply_fd, OK)
-    except Exception as error:
+    except Exception as error:  # BrokenPipeError too: the trainer stopped while this one started
         _send_error(reply_fd, f"could not start: {type(error).__name__}: {error}")
         return
     try:
