@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import secrets
 import signal
+import sys
 import threading
 import time
 from multiprocessing import connection
@@ -30,7 +31,8 @@ from multiprocessing import connection
 import gin
 import tensorflow as tf
 
-from tfaccel import console, networks, run_dir
+from tfaccel import console, gin_configs, networks, run_dir
+from tfaccel.commands import first_line
 from tfaccel.distribute import machines, strategies
 from tfaccel.distribute.asynchronous import ORPHANED, AsyncTeam
 from tfaccel.distribute.param_store import ParameterStore
@@ -82,18 +84,24 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
     team = AsyncTeam(*team_args)
     try:
         summary = on_policy.train(root_dir, team=team)
-    except Exception as error:  # the launcher names it; the traceback goes to stderr
+    except Exception as error:  # the launcher names it in one line
         if StopRequest.early_signal():  # stopped while it started (an env worker that
             return  # the same Ctrl-C ended, say): it had not trained, there is nothing to say
-        line = str(error).strip().splitlines()[0][:300]
+        if isinstance(error, RuntimeError):  # no algorithm's config: say which to give
+            error = gin_configs.no_algorithm(error) or error
         # A setting is rejected before the learner joins the store (it builds and restores
         # first); one that fails there fails again, and resuming is no advice.
         setting = isinstance(error, ValueError) and team.store is None
-        results.send({"error": line, "setting": setting, "env": isinstance(error, PoolError)})
-        raise
+        env = isinstance(error, PoolError)
+        with contextlib.suppress(OSError):  # a launcher killed meanwhile: nobody to tell
+            results.send({"error": first_line(error), "setting": setting, "env": env})
+        if isinstance(error, (ValueError, OSError, PoolError)):  # said in full by that line
+            sys.exit(1)
+        raise  # anything else: its traceback goes to stderr too
     finally:
         team.close()
-    results.send(summary)
+    with contextlib.suppress(OSError):
+        results.send(summary)
 
 
 @gin.configurable(denylist=["root_dir"], module="tfaccel")

@@ -72,8 +72,19 @@ def test_a_failing_learner_ends_the_run_with_its_error(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: learner ") and "100,000 env workers of" in last, last
     assert "resumes" not in last
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]  # the line says it all
     assert not (tmp_path / "run").exists()
     assert not shm.left_by(result.pid)
+
+
+def test_async_gin_alone_names_the_algorithm_configs_to_give_it(tmp_path):
+    """It was learner tracebacks and `Required bindings ...; the same command resumes`."""
+    result = train(tmp_path / "run", "--gin_file=async.gin", "--gin_file=smoke.gin")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "start the --gin_file list with an algorithm's config" in last, last
+    assert "resumes" not in last and not (tmp_path / "run").exists()
 
 
 def start_machines(root_dir, *bindings):
