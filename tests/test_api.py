@@ -151,6 +151,30 @@ def test_the_python_blocks_of_the_usage_page_run_in_order(tmp_path):
     assert (tmp_path / "smoke_py" / "policy" / "saved_model.pb").exists()
 
 
+@pytest.mark.parametrize(
+    "configs, bindings, message",
+    [
+        (["catch_a2c.gin"], ["A2CConfig.discount = 1.5"],
+         "A2CConfig.discount must be between 0 and 1, got 1.5"),
+        (["catch_a2c.gin"], ["train.make_optimizer = @make_adam", "make_adam.epsilon = -1.0"],
+         "make_adam.epsilon must be a number above 0, got -1.0"),
+        (["catch_ppo.gin"], ["PPOConfig.epochs = 0"], "PPOConfig.epochs must be at least 1, got 0"),
+        (["dqn.gin"], ["train_off_policy.batch_size = 0"],
+         "train_off_policy.batch_size must be at least 1, got 0"),
+        (["dqn.gin"], ["DQNConfig.epsilon_decay_steps = 0"],
+         "DQNConfig.epsilon_decay_steps must be at least 1, got 0"),
+    ],
+)  # fmt: skip
+def test_a_value_out_of_range_is_one_line_and_leaves_no_directory(
+    tmp_path, configs, bindings, message
+):
+    """A discount of 1.5 or Adam's epsilon of -1 trained without a word; a batch of 0 failed
+    with a ZeroDivisionError once the replay had filled, leaving the run directory behind."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tfaccel.train([*configs, "smoke.gin"], str(tmp_path / "run"), bindings=bindings)
+    assert not (tmp_path / "run").exists()
+
+
 def test_arguments_of_the_wrong_type_are_one_line_value_errors(tmp_path):
     """Each was a bare TypeError (or gin's SyntaxError), where usage.md promises a ValueError."""
     for args, message in (

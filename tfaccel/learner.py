@@ -23,6 +23,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.distribute import strategies
+from tfaccel.types import check_range
 
 LossFn = Callable[[keras.Model, object], tuple[tf.Tensor, dict]]
 
@@ -33,12 +34,21 @@ NONFINITE_NONE, NONFINITE_LOSS, NONFINITE_NORM = -2, -1, -3
 
 def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
     """RMSProp as in PAAC (Clemente et al., 2017): decay 0.99, epsilon 0.1."""
+    _check_epsilon(epsilon, "make_rmsprop.epsilon")
+    check_range(rho, "make_rmsprop.rho", 0, 1)
     return keras.optimizers.RMSprop(learning_rate=learning_rate, rho=rho, epsilon=epsilon)
 
 
 def make_adam(learning_rate, epsilon: float = 1e-5) -> keras.Optimizer:
     """Adam with epsilon 1e-5 (baselines' PPO and rlpyt's A2C; `make_adam.epsilon` changes it)."""
+    _check_epsilon(epsilon, "make_adam.epsilon")
     return FusedAdam(learning_rate=learning_rate, epsilon=epsilon)
+
+
+def _check_epsilon(epsilon, name: str) -> None:
+    """The denominator's epsilon: a positive number (0 divides by zero where a moment is 0)."""
+    if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and epsilon > 0):
+        raise ValueError(f"{name} must be a number above 0, got {epsilon!r}")
 
 
 class FusedAdam(keras.optimizers.Adam):

@@ -30,6 +30,7 @@ from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report
 from tfaccel.prefetch import Prefetcher
 from tfaccel.replay import ReplayBatch, ReplayBuffer, available_memory, memory_needed
 from tfaccel.sampler import ReplaySampler, compile_act
+from tfaccel.types import check_range
 
 
 def act_rule(network, observation, generator, epsilon, atoms):
@@ -131,6 +132,9 @@ def train_off_policy(
     settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
     learner.check_learning_rate(learning_rate, "train_off_policy.learning_rate")
+    for name, value, low, high in (("batch_size", batch_size, 1, None), ("n_step", n_step, 1, None),
+                                   ("discount", discount, 0, 1)):  # fmt: skip
+        check_range(value, f"train_off_policy.{name}", low, high)
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")

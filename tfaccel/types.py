@@ -184,3 +184,22 @@ def check_field_types(config) -> None:
                 f"{type(config).__name__}.{field.name} must be {kind[expected]}, got {value!r} "
                 f"({type(value).__name__})"
             )
+
+
+def check_range(value, name: str, low: float | None = None, high: float | None = None) -> None:
+    """Raises a one-line ValueError naming `name` (a gin binding) unless `low <= value <= high`
+    (a bound of None is open; NaN is never in range)."""
+    if (low is None or value >= low) and (high is None or value <= high):
+        return
+    if low is not None and high is not None:
+        valid = f"between {low:g} and {high:g}"
+    else:
+        valid = f"at least {low:g}" if low is not None else f"at most {high:g}"
+    raise ValueError(f"{name} must be {valid}, got {value!r}")
+
+
+def check_field_ranges(config, **ranges: tuple[float | None, float | None]) -> None:
+    """`check_range` on fields of the dataclass `config`: `discount=(0, 1)` names
+    `<Class>.discount` when it is out of [0, 1]."""
+    for field, (low, high) in ranges.items():
+        check_range(getattr(config, field), f"{type(config).__name__}.{field}", low, high)

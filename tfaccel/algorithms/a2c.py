@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel import ops
-from tfaccel.types import Rollout, check_field_types
+from tfaccel.types import Rollout, check_field_ranges, check_field_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,7 @@ class A2CConfig:
 
     def __post_init__(self):
         check_field_types(self)  # a gin binding of the wrong type is named
+        check_field_ranges(self, discount=(0, 1), entropy_cost=(0, None), value_cost=(0, None))
 
 
 def log_prob_and_entropy(logits: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tfaccel import ops
 from tfaccel.replay import ReplayBatch
-from tfaccel.types import check_field_types
+from tfaccel.types import check_field_ranges, check_field_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +79,14 @@ class DQNConfig:
 
     def __post_init__(self):
         check_field_types(self)  # a gin binding of the wrong type is named
+        check_field_ranges(
+            self, num_atoms=(1, None), target_update_period=(1, None), epsilon_start=(0, 1),
+            epsilon_end=(0, 1), epsilon_decay_steps=(1, None), eval_epsilon=(0, 1),
+        )  # fmt: skip
+        if self.num_atoms > 1 and not self.v_min < self.v_max:
+            raise ValueError(
+                f"DQNConfig.v_min must be below v_max, got {self.v_min!r} and {self.v_max!r}"
+            )
 
 
 def support(config: DQNConfig) -> tf.Tensor:

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from tfaccel import ops
 from tfaccel.algorithms.a2c import act, log_prob_and_entropy
-from tfaccel.types import Rollout, check_field_types
+from tfaccel.types import Rollout, check_field_ranges, check_field_types
 
 __all__ = ["PPOBatch", "PPOConfig", "act", "flatten", "loss", "prepare"]
 
@@ -67,6 +67,10 @@ class PPOConfig:
 
     def __post_init__(self):
         check_field_types(self)  # a gin binding of the wrong type is named
+        check_field_ranges(
+            self, discount=(0, 1), gae_lambda=(0, 1), clip=(0, None), epochs=(1, None),
+            minibatches=(1, None), entropy_cost=(0, None), value_cost=(0, None),
+        )  # fmt: skip
 
 
 class PPOBatch(NamedTuple):
