@@ -306,3 +306,19 @@ def test_the_settings_of_a_configurable_not_called_yet_keep_their_macros(tmp_pat
         str(path), BEFORE + "\n" + written.replace("0.5", "0.25"), 4000, log
     )
     assert log.messages[0].endswith("%SCALE: 0.5 -> 0.25")
+
+
+def test_another_algorithm_is_named_and_an_emptied_config_is_not_one(tmp_path):
+    """An empty `operative_config.gin` (a crash or a full disk leaves one) was read as a run of
+    another algorithm, `()`, and the run could not resume."""
+    a2c = "run.trainer = @train\ntrain.loss_fn = @a2c_loss\ntrain.torso = @a3c_torso\n"
+    dqn = "run.trainer = @train_off_policy\ntrain_off_policy.torso = @nature_torso\n"
+    path = tmp_path / "operative_config.gin"
+    path.write_text(a2c)
+    run_dir.check_same_algorithm(str(tmp_path), a2c)
+    with pytest.raises(ValueError, match=r"holds a run of another algorithm or network \(run"
+                       r".trainer = @train, train.loss_fn = @a2c_loss"):  # fmt: skip
+        run_dir.check_same_algorithm(str(tmp_path), dqn)
+    for damaged in ("", a2c[:10]):  # emptied, or cut inside its first setting
+        path.write_text(damaged)
+        run_dir.check_same_algorithm(str(tmp_path), a2c)

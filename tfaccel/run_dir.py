@@ -319,7 +319,9 @@ def check_same_algorithm(run_dir: str, config: str) -> None:
     def described(settings):
         return ", ".join(f"{name} = {settings[name]}" for name in IDENTITY if name in settings)
 
-    if any(str(before.get(name)) != str(after.get(name)) for name in IDENTITY):
+    # Only what the file holds: one cut short or emptied (a crash, a full disk) names no
+    # algorithm, which is not another one.
+    if any(str(before[name]) != str(after.get(name)) for name in IDENTITY if name in before):
         raise ValueError(
             f"{run_dir} holds a run of another algorithm or network ({described(before)}) than "
             f"this command's ({described(after)}): give a new --root_dir, or resume it with the "
