@@ -109,9 +109,13 @@ def test_a_cut_last_row_blank_lines_and_hand_edits_are_dropped_with_the_files_na
     lines.insert(2, "")  # a blank line
     lines[1] = lines[1].replace("400", "four hundred", 1)  # a hand edit
     path.write_text("\n".join(lines)[:-5])  # the last row cut short, no newline
+    with open(path, "r+b") as handle:  # bytes that are not UTF-8 in the 800 row: it was an
+        data = handle.read()  # error naming no file, and the run would not resume
+        handle.seek(0)
+        handle.write(data.replace(b"800,200,", b"800,2\xff\xfe00,", 1))
     screen = io.StringIO()
     resumed = MetricsLogger(str(tmp_path), stream=screen)
-    assert f"warning: {path}: dropped 3 unreadable row(s)" in screen.getvalue()
+    assert f"warning: {path}: dropped 4 unreadable row(s)" in screen.getvalue()
     assert resumed.rewind(1200) == 0
     resumed.write(row(1200, loss=2.0))
-    assert [r["env_frames"] for r in read(path)] == ["800", "1200"]
+    assert [r["env_frames"] for r in read(path)] == ["1200"]

@@ -49,8 +49,9 @@ class MetricsLogger:
         """Takes the header of an existing file and drops the rows a resumed run cannot append
         to: a last row cut short (a crash while it was written: the next row would be glued to
         it), a blank line, a row with another number of cells or a frame count that is not an
-        integer (a hand edit); says how many, naming the file."""
-        with open(self.path, newline="") as handle:
+        integer (a hand edit), bytes that are not text (a damaged disk block); says how many,
+        naming the file."""
+        with open(self.path, newline="", errors="replace") as handle:
             text = handle.read()
         lines = text.split("\n")
         complete = text.endswith("\n")
@@ -61,7 +62,7 @@ class MetricsLogger:
         frames_at = self._columns.index("env_frames") if "env_frames" in self._columns else 0
 
         def whole(row):
-            if len(row) != len(self._columns):
+            if len(row) != len(self._columns) or any("\ufffd" in cell for cell in row):
                 return False
             try:
                 int(row[frames_at])
@@ -75,7 +76,8 @@ class MetricsLogger:
             self._rewrite(kept)
             self.message(
                 f"warning: {self.path}: dropped {dropped} unreadable row(s) (a row cut short by "
-                "a crash, a blank line or a hand edit); the run logs those frames again"
+                "a crash, a blank line, a hand edit or damaged bytes); the frames after the last "
+                "checkpoint are logged again, earlier ones leave a gap in the curve"
             )
 
     def write(self, row: dict) -> None:
