@@ -2,6 +2,10 @@
 
 import csv
 import io
+import re
+
+import pytest
+import tensorflow as tf
 
 from tfaccel.logger import MetricsLogger
 
@@ -119,3 +123,21 @@ def test_a_cut_last_row_blank_lines_and_hand_edits_are_dropped_with_the_files_na
     assert resumed.rewind(1200) == 0
     resumed.write(row(1200, loss=2.0))
     assert [r["env_frames"] for r in read(path)] == ["1200"]
+
+
+def test_a_full_disk_while_logging_is_one_error_naming_the_directory(tmp_path, monkeypatch):
+    """TensorFlow's summary writer on a full disk raised a 75-line ResourceExhaustedError."""
+    log = MetricsLogger(str(tmp_path), stream=io.StringIO())
+    log.write(row(400))
+
+    def full(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"{tmp_path}/tb/events.out; No space left on device"
+        )
+
+    monkeypatch.setattr(tf.summary, "scalar", full)
+    with pytest.raises(OSError, match=re.escape(
+        f"could not write the run's logs in {tmp_path}: no space left on device; once it can be "
+        "written, the same command resumes from the last checkpoint"
+    )):  # fmt: skip
+        log.write(row(800))

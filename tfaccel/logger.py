@@ -9,7 +9,9 @@ progress line rewrites itself; elsewhere (CI, a log file) each interval is one p
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import math
 import os
 import sys
@@ -43,7 +45,8 @@ class MetricsLogger:
             if name == "metrics"
             else os.path.join(root_dir, "tb", name)
         )
-        self._writer = tf.summary.create_file_writer(board)
+        with written(board):
+            self._writer = tf.summary.create_file_writer(board)
 
     def _read_existing(self) -> None:
         """Takes the header of an existing file and drops the rows a resumed run cannot append
@@ -82,6 +85,10 @@ class MetricsLogger:
 
     def write(self, row: dict) -> None:
         """Appends `row` (column -> scalar; `env_frames` required) to the CSV and TensorBoard."""
+        with written(os.path.dirname(self.path)):
+            self._write(row)
+
+    def _write(self, row: dict) -> None:
         if self._columns is None:
             required = [name for name in REQUIRED_COLUMNS if name in row]
             self._columns = required + sorted(set(row) - set(required))
@@ -152,6 +159,22 @@ class MetricsLogger:
             self._stream.write("\n")
         self._stream.write(text + "\n")
         self._stream.flush()
+
+
+@contextlib.contextmanager
+def written(path: str):
+    """Writes to `path` (metrics.csv, TensorBoard's events) whose failure (a full disk, a
+    directory made read-only) is one OSError naming it and the way on, not TensorFlow's
+    traceback or an errno without a path."""
+    try:
+        yield
+    except (OSError, tf.errors.OpError) as error:
+        full = getattr(error, "errno", None) == errno.ENOSPC or "No space left" in str(error)
+        reason = "no space left on device" if full else str(error).strip().splitlines()[0]
+        raise OSError(
+            f"could not write the run's logs in {path}: {reason}; once it can be written, the "
+            "same command resumes from the last checkpoint"
+        ) from error
 
 
 def clock(seconds: float) -> str:
