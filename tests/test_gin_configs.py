@@ -111,6 +111,13 @@ def test_a_package_named_like_a_config_folder_does_not_break_includes(tmp_path, 
          "the parentheses"),
         ("catch_a2c.gin", "train.make_optimizer = @make_adam()",
          "@make_adam, without the parentheses"),
+        # a parameter without its configurable: gin took it as a macro nothing used, and the
+        # check of the bindings' types failed on it, `Could not find total_frames in the Gin
+        # registry`, naming no valid binding
+        ("dqn.gin", "total_frames = 5",
+         "total_frames = ... binds no configurable (gin reads it as a macro that nothing uses): "
+         "write RunConfig.total_frames = ...; configurables with a parameter 'total_frames': "
+         "RunConfig"),
     ],
 )  # fmt: skip
 def test_a_renamed_mistyped_or_wrong_kind_of_setting_is_one_line(config, binding, message):
@@ -118,6 +125,26 @@ def test_a_renamed_mistyped_or_wrong_kind_of_setting_is_one_line(config, binding
     try:
         with pytest.raises(ValueError, match=re.escape(message)):
             gin_configs.parse([config], [binding])
+    finally:
+        gin.clear_config()
+
+
+def test_a_binding_gin_cannot_parse_is_quoted():
+    """It was `Couldn't parse statement, expected ':' or '='. (line 1)`, naming no binding."""
+    with pytest.raises(SyntaxError, match=re.escape(
+        "Couldn't parse statement, expected ':' or '='. in the binding 'RunConfig.total_frames 5'"
+    )):  # fmt: skip
+        gin_configs.parse(["a2c.gin"], ["RunConfig.seed = 1", "RunConfig.total_frames 5"])
+    gin.clear_config()
+
+
+def test_a_macro_that_a_binding_uses_is_gins_own_feature():
+    """Any macro, `GAME = 'breakout'`, failed the check of the bindings' types."""
+    gin.clear_config()
+    try:
+        gin_configs.parse(["a2c.gin"], ["GAME = 'breakout'", "AtariConfig.game = %GAME",
+                                        "UNUSED_NAME = 3"])  # fmt: skip
+        assert gin.query_parameter("%GAME") == "breakout"
     finally:
         gin.clear_config()
 

@@ -8,6 +8,7 @@ They ship with the package, so an installed tfaccel finds them too:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -68,7 +69,11 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     except ValueError as error:
         raise with_valid_parameters(error) from None
     except SyntaxError as error:
-        raise not_a_literal(error) if "malformed node" in str(error) else error from None
+        if "malformed node" in str(error):
+            raise not_a_literal(error) from None
+        if error.filename is None and error.text:  # in a binding: gin's line of the bindings
+            raise SyntaxError(f"{error.msg} in the binding {error.text.strip()!r}") from None
+        raise error from None
     except OSError as error:  # an `include` of a file that is nowhere on the search path
         missing = re.match(r"Unable to open file: (.+?)\. Searched config paths", str(error))
         if missing is None:
@@ -123,6 +128,9 @@ def check_binding_types() -> None:
     text = gin.config_str()
     for statement in config_parser.ConfigParser(text, _LiteralDelegate()):
         if not isinstance(statement, config_parser.BindingStatement):
+            continue
+        if not statement.arg_name:  # a macro, `NAME = value`, which bindings use as %NAME
+            _check_macro(statement.selector, text)
             continue
         configurable = gin.get_configurable(statement.selector)
         value, name = statement.value, f"{statement.selector}.{statement.arg_name}"
@@ -258,15 +266,7 @@ def with_valid_parameters(error: ValueError) -> ValueError:
             f"{selector}.{name} is now {RENAMED[f'{selector}.{name}']} (the settings every "
             "trainer shares are bound once; CHANGELOG.md lists the renamed bindings)"
         )
-    configurable = gin.get_configurable(selector)
-    if dataclasses.is_dataclass(configurable):  # tfaccel's configs (the class's own signature
-        parameters = [f.name for f in dataclasses.fields(configurable) if f.init]  # is gin's)
-    else:
-        parameters = [
-            parameter.name
-            for parameter in inspect.signature(configurable).parameters.values()
-            if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-        ]
+    parameters = _parameters(gin.get_configurable(selector))
     close = difflib.get_close_matches(name, parameters, n=3)
     guess = f"did you mean {' or '.join(close)}? " if close else ""
     return ValueError(
@@ -274,24 +274,61 @@ def with_valid_parameters(error: ValueError) -> ValueError:
     )
 
 
+def _parameters(configurable) -> list[str]:
+    """The names a gin binding of `configurable` (a function or a class) can set."""
+    if dataclasses.is_dataclass(configurable):  # tfaccel's configs (the class's own signature
+        return [f.name for f in dataclasses.fields(configurable) if f.init]  # is gin's)
+    return [
+        parameter.name
+        for parameter in inspect.signature(configurable).parameters.values()
+        if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    ]
+
+
+def _selectors() -> list[str] | None:
+    """The names of tfaccel's (and the user's) configurables in gin's registry, which is
+    private: None when it cannot be read."""
+    from gin import config as gin_config
+
+    try:
+        selectors = gin_config._REGISTRY._selector_map
+    except AttributeError:
+        return None
+    return sorted({s.split(".")[-1] for s in selectors if not s.startswith("gin.")})
+
+
+def _check_macro(name: str, config: str) -> None:
+    """Raises a one-line ValueError for a macro (`NAME = value`) that no binding uses
+    (`%NAME`) and that names a parameter of a configurable: `total_frames = 5`, meant as
+    `RunConfig.total_frames = 5`, which gin takes as a macro and ignores."""
+    import gin
+
+    if re.search(rf"%{re.escape(name)}\b", config):
+        return
+    owners = []
+    for selector in _selectors() or ():
+        with contextlib.suppress(ValueError, TypeError):  # a name two modules share; a builtin
+            if name in _parameters(gin.get_configurable(selector)):
+                owners.append(selector)
+    if owners:
+        raise ValueError(
+            f"{name} = ... binds no configurable (gin reads it as a macro that nothing uses): "
+            f"write {owners[0]}.{name} = ...; configurables with a parameter {name!r}: "
+            f"{', '.join(owners)}"
+        )
+
+
 def _with_valid_configurables(error: ValueError, name: str) -> ValueError:
     """Gin's error for a binding of a configurable that does not exist, with the closest names
     of those registered and the list (gin's registry is private: without it, the error as is)."""
-    from gin import config as gin_config
-
     moved = sorted(old for old in RENAMED if old.startswith(f"{name}."))
     if moved:  # a configurable of an earlier version whose settings all moved
         return ValueError(
             f"{name} is no longer a configurable: "
             + ", ".join(f"{old} is now {RENAMED[old]}" for old in moved)
         )
-    try:
-        names = sorted({
-            selector.split(".")[-1]
-            for selector in gin_config._REGISTRY._selector_map
-            if not selector.startswith("gin.")
-        })  # fmt: skip
-    except AttributeError:
+    names = _selectors()
+    if names is None:
         return error
     close = difflib.get_close_matches(name, names, n=3)
     guess = f"did you mean {' or '.join(close)}? " if close else ""
