@@ -163,6 +163,10 @@ def test_the_python_blocks_of_the_usage_page_run_in_order(tmp_path):
          "train_off_policy.batch_size must be at least 1, got 0"),
         (["dqn.gin"], ["DQNConfig.epsilon_decay_steps = 0"],
          "DQNConfig.epsilon_decay_steps must be at least 1, got 0"),
+        # another algorithm's loss: an AttributeError ('clip') from inside the first update
+        (["catch_a2c.gin"], ["train.loss_fn = @ppo_loss"],
+         "train.loss_fn takes a PPOConfig and train.algorithm is A2CConfig: bind "
+         "train.algorithm = @PPOConfig()"),
     ],
 )  # fmt: skip
 def test_a_value_out_of_range_is_one_line_and_leaves_no_directory(

@@ -11,7 +11,9 @@ bookkeeping (stopping, logging, checkpoints) is `runner.Loop`, shared with the o
 from __future__ import annotations
 
 import functools
+import inspect
 import time
+import typing
 
 import gin
 
@@ -81,6 +83,7 @@ def train(
     settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
     learner.check_learning_rate(learning_rate, "train.learning_rate")
+    _check_algorithm(loss_fn, algorithm)
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, layout.group_size, "the number of envs per group")
@@ -210,6 +213,22 @@ def make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedul
         batch_axes=Rollout.env_axes(),
     )
     return agent
+
+
+def _check_algorithm(loss_fn, algorithm) -> None:
+    """Raises a one-line ValueError when `algorithm` is not the config that `loss_fn` is
+    annotated to take (`train.loss_fn = @ppo_loss` over a2c.gin's `A2CConfig` failed in the
+    first update with an AttributeError); a loss without that annotation is not checked."""
+    try:
+        wanted = typing.get_type_hints(inspect.unwrap(loss_fn)).get("config")
+    except (NameError, TypeError):
+        return
+    if isinstance(wanted, type) and not isinstance(algorithm, wanted):
+        raise ValueError(
+            f"train.loss_fn takes a {wanted.__name__} and train.algorithm is "
+            f"{type(algorithm).__name__}: bind train.algorithm = @{wanted.__name__}(), or start "
+            "from the config of the algorithm you want (a2c.gin, ppo.gin, ...)"
+        )
 
 
 def _check_rollout(horizon: int, group_size: int, replicas: int, algorithm) -> None:
