@@ -1,7 +1,9 @@
 """Resuming a run directory: its settings read as text, and what changed since."""
 
 import contextlib
+import errno
 import os
+import re
 import subprocess
 import sys
 
@@ -118,6 +120,27 @@ def test_a_run_directory_that_cannot_be_written_is_one_line(tmp_path, monkeypatc
         ValueError, match=r"cannot write to the run directory .* \(Permission denied\)"
     ):
         run_dir.take_lock(str(tmp_path))
+
+
+def test_a_full_disk_at_the_lock_is_one_line_and_the_directory_made_is_removed(
+    tmp_path, monkeypatch
+):
+    """It was `error: [Errno 28] No space left on device`, naming no path, and the directory
+    stayed: this process kept the lock it could not write, so the clean-up found it held."""
+    made = tmp_path / "run"
+    made.mkdir()
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwrite", full)
+        with pytest.raises(ValueError, match=re.escape(
+            f"cannot write to the run directory {made} (No space left on device): free some "
+            "space, or give a --root_dir on another disk"
+        )):  # fmt: skip
+            run_dir.take_lock(str(made))
+    assert run_dir.remove_if_unused(str(made)) and not made.exists()
 
 
 def test_a_root_dir_that_is_empty_a_file_or_not_creatable_is_named(tmp_path, monkeypatch):

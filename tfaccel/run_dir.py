@@ -8,6 +8,7 @@ names registered, so a run directory written by an older version is read, not re
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import sys
@@ -97,10 +98,7 @@ def take_lock(run_dir: str) -> None:
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
-        raise ValueError(
-            f"cannot write to the run directory {run_dir} ({error.strerror}): give a --root_dir "
-            "this user can write to, or make it writable"
-        ) from None
+        raise _unwritable(run_dir, error) from None
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -113,10 +111,24 @@ def take_lock(run_dir: str) -> None:
     except OSError:  # a filesystem without locks (some network mounts): train unguarded
         os.close(descriptor)
         return
-    os.ftruncate(descriptor, 0)
     command = " ".join(os.path.basename(arg) if i == 0 else arg for i, arg in enumerate(sys.argv))
-    os.pwrite(descriptor, f"pid {os.getpid()}: {command[:150]}\n".encode(), 0)
+    try:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"pid {os.getpid()}: {command[:150]}\n".encode(), 0)
+    except OSError as error:  # a full disk: let go, so that the directory made can be removed
+        os.close(descriptor)
+        raise _unwritable(run_dir, error) from None
     _held[key] = descriptor
+
+
+def _unwritable(run_dir: str, error: OSError) -> ValueError:
+    """The one-line error for a run directory that cannot be written (`error` says why)."""
+    then = (
+        "free some space, or give a --root_dir on another disk"
+        if error.errno == errno.ENOSPC
+        else "give a --root_dir this user can write to, or make it writable"
+    )
+    return ValueError(f"cannot write to the run directory {run_dir} ({error.strerror}): {then}")
 
 
 def release_lock(run_dir: str) -> None:
