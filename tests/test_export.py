@@ -354,7 +354,12 @@ def test_a_policy_that_cannot_be_written_is_one_line_and_the_old_one_stays(tmp_p
     before = (tmp_path / "policy" / "tfaccel_policy.json").read_text()
 
     def full_disk(*args, **kwargs):
-        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device\nmore")
+        # as TensorFlow words it: its op's tag, the file, and the cause at the end
+        raise tf.errors.ResourceExhaustedError(None, None, (
+            "{{function_node __wrapped__SaveV2_dtypes_12_device_/job:localhost/replica:0/task:0/"
+            "device:CPU:0}} " + path + "/variables/variables_temp/part-00000-of-00001.data-00000"
+            "-of-00001.tempstate1234567890; No space left on device [Op:SaveV2] name: "
+        ))  # fmt: skip
 
     monkeypatch.setattr(tf.saved_model, "save", full_disk)
     with pytest.raises(export.WriteError, match=re.escape(

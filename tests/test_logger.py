@@ -137,7 +137,7 @@ def test_a_full_disk_while_logging_is_one_error_naming_the_directory(tmp_path, m
 
     monkeypatch.setattr(tf.summary, "scalar", full)
     with pytest.raises(OSError, match=re.escape(
-        f"could not write the run's logs in {tmp_path}: no space left on device; once it can be "
+        f"could not write the run's logs in {tmp_path}: No space left on device; once it can be "
         "written, the same command resumes from the last checkpoint"
     )):  # fmt: skip
         log.write(row(800))

@@ -18,6 +18,8 @@ import shutil
 import tensorflow as tf
 from absl import logging
 
+from tfaccel.console import io_failure
+
 
 class Counters(tf.Module):
     """Run counters that must survive a restart, and the last `RECENT` game scores (so the
@@ -82,12 +84,12 @@ class Checkpointer:
                 status.assert_nontrivial_match()
             except (tf.errors.OpError, ValueError, AssertionError, IndexError) as error:
                 # IndexError: a data file cut short ("Read less bytes than requested")
-                self.skipped.append((path, _first_line(error)))
+                self.skipped.append((path, io_failure(error)))
                 continue
             try:
                 status.assert_existing_objects_matched()
             except AssertionError as error:
-                logging.warning("%s: restored partially: %s", path, _first_line(error))
+                logging.warning("%s: restored partially: %s", path, io_failure(error))
             return path
         if self.skipped:
             _silence_unrestored_warnings()  # the failed attempts' objects, at their deletion
@@ -127,7 +129,7 @@ class Checkpointer:
             )
             raise ValueError(
                 f"cannot write checkpoint ckpt-{number} in {self.directory} "
-                f"({type(error).__name__}: {_first_line(error)}); {kept}"
+                f"({type(error).__name__}: {io_failure(error)}); {kept}"
             ) from error
         # Older checkpoints go by their files too: the manager forgets those its list lost.
         for old in _found(self.directory)[: -self._keep]:
@@ -182,9 +184,3 @@ class _UnrestoredFilter:
 
 def _silence_unrestored_warnings() -> None:
     tf.get_logger().addFilter(_UnrestoredFilter)
-
-
-def _first_line(error: BaseException) -> str:
-    """The first line of `error`'s message without TensorFlow's `{{function_node ...}}` tag."""
-    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(error)).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__

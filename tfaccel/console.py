@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 
 
 @contextlib.contextmanager
@@ -64,3 +66,13 @@ def set_up_tensorflow(threads: int = 0, make_strategy=None):
             return make_strategy()
         tf.config.list_logical_devices()
     return None
+
+
+def io_failure(error: BaseException) -> str:
+    """Why a read or write failed, in a few words: `No space left on device` for a full disk (an
+    OSError's errno, or TensorFlow's message, which says so at its end), else the first line of
+    the message without TensorFlow's `{{function_node ...}}` tag."""
+    if getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error):
+        return "No space left on device"
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(error)).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel.console import io_failure
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.policy_client import FORMAT, FORMAT_VERSION, HEADS, POLICY_FILE, load_policy
 
@@ -239,10 +240,10 @@ def _write_atomically(path: str, write: Callable[[str], None]) -> None:
         _fsync(parent)
     except (OSError, tf.errors.OpError) as error:  # a full disk, say: one line, not a traceback
         shutil.rmtree(tmp, ignore_errors=True)
-        first = (str(error).strip().splitlines() or [""])[0][:200]
         kept = "the policy there before is intact" if os.path.lexists(path) else "none was there"
         raise WriteError(
-            f"cannot write the policy to {path} ({type(error).__name__}: {first}); {kept}"
+            f"cannot write the policy to {path} ({type(error).__name__}: {io_failure(error)}); "
+            f"{kept}"
         ) from error
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import math
 import os
 import sys
 import time
 
 import tensorflow as tf
+
+from tfaccel.console import io_failure
 
 REQUIRED_COLUMNS = (
     "env_frames",
@@ -169,10 +170,9 @@ def written(path: str):
     try:
         yield
     except (OSError, tf.errors.OpError) as error:
-        full = getattr(error, "errno", None) == errno.ENOSPC or "No space left" in str(error)
-        reason = "no space left on device" if full else str(error).strip().splitlines()[0]
         raise OSError(
-            f"could not write the run's logs in {path}: {reason}; once it can be written, the "
+            f"could not write the run's logs in {path}: {io_failure(error)}; once it can be "
+            "written, the "
             "same command resumes from the last checkpoint"
         ) from error
 
