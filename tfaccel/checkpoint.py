@@ -59,7 +59,15 @@ class Checkpointer:
     def __init__(self, directory: str, keep: int = 3, **trackables):
         self.directory, self._trackables = directory, trackables
         self.checkpoint = tf.train.Checkpoint(**trackables)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+        # A damaged `checkpoint` index file: TensorFlow warns twice (a ParseError); `restore`
+        # finds the checkpoints by their files, and the next save writes the index anew.
+        tf_logger = tf.get_logger()
+        level = tf_logger.level
+        tf_logger.setLevel("ERROR")
+        try:
+            self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+        finally:
+            tf_logger.setLevel(level)
         self._keep = keep
         self.skipped: list[tuple[str, str]] = []
 
