@@ -157,7 +157,7 @@ def test_the_python_blocks_of_the_usage_page_run_in_order(tmp_path):
         (["catch_a2c.gin"], ["A2CConfig.discount = 1.5"],
          "A2CConfig.discount must be between 0 and 1, got 1.5"),
         (["catch_a2c.gin"], ["train.make_optimizer = @make_adam", "make_adam.epsilon = -1.0"],
-         "make_adam.epsilon must be a number above 0, got -1.0"),
+         "make_adam.epsilon must be a positive number (e.g. 1e-5), got -1.0"),
         (["catch_ppo.gin"], ["PPOConfig.epochs = 0"], "PPOConfig.epochs must be at least 1, got 0"),
         (["dqn.gin"], ["train_off_policy.batch_size = 0"],
          "train_off_policy.batch_size must be at least 1, got 0"),

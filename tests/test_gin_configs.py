@@ -138,13 +138,19 @@ def test_a_binding_gin_cannot_parse_is_quoted():
     gin.clear_config()
 
 
-def test_a_macro_that_a_binding_uses_is_gins_own_feature():
+def test_a_macro_that_a_binding_uses_is_gins_own_feature(tmp_path):
     """Any macro, `GAME = 'breakout'`, failed the check of the bindings' types."""
     gin.clear_config()
     try:
         gin_configs.parse(["a2c.gin"], ["GAME = 'breakout'", "AtariConfig.game = %GAME",
                                         "UNUSED_NAME = 3"])  # fmt: skip
         assert gin.query_parameter("%GAME") == "breakout"
+        # A macro named like a parameter, used in a file whose binding the command overrides.
+        gin.clear_config()
+        mine = tmp_path / "mine.gin"
+        mine.write_text("include 'a2c.gin'\ndiscount = 0.9\nA2CConfig.discount = %discount\n")
+        gin_configs.parse([str(mine)], ["A2CConfig.discount = 0.95"])
+        assert gin.query_parameter("A2CConfig.discount") == 0.95
     finally:
         gin.clear_config()
 

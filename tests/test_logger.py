@@ -141,3 +141,17 @@ def test_a_full_disk_while_logging_is_one_error_naming_the_directory(tmp_path, m
         "written, the same command resumes from the last checkpoint"
     )):  # fmt: skip
         log.write(row(800))
+
+
+def test_a_header_with_bytes_that_are_not_text_still_resumes(tmp_path):
+    """Rows were read again without the replacement of bad bytes: a damaged header failed the
+    rewind of a resume with a UnicodeDecodeError."""
+    first = MetricsLogger(str(tmp_path), stream=io.StringIO())
+    for frames in (400, 800):
+        first.write(row(frames, loss=1.0))
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(path.read_bytes().replace(b"wall_s", b"wall\xff\xfe", 1))
+    resumed = MetricsLogger(str(tmp_path), stream=io.StringIO())
+    assert resumed.rewind(400) == 1
+    resumed.write(row(800, loss=2.0, late=3.0))  # a new column: the file is rewritten wider
+    assert [r["env_frames"] for r in read(path)] == ["400", "800"]

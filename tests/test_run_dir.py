@@ -345,3 +345,31 @@ def test_another_algorithm_is_named_and_an_emptied_config_is_not_one(tmp_path):
     for damaged in ("", a2c[:10]):  # emptied, or cut inside its first setting
         path.write_text(damaged)
         run_dir.check_same_algorithm(str(tmp_path), a2c)
+
+
+@pytest.mark.parametrize("loop_started", [False, True])
+def test_a_sigterm_outside_the_loop_says_whether_the_run_had_saved(monkeypatch, capsys,
+                                                                  loop_started):  # fmt: skip
+    """After the loop (closing the pool, printing the summary) a SIGTERM said `while starting:
+    nothing was trained`, though the run had saved its checkpoint."""
+    from tfaccel.commands import Terminated
+    from tfaccel.commands import train as command
+    from tfaccel.guards import StopRequest
+
+    def main():
+        if loop_started:
+            with StopRequest():
+                pass
+        raise Terminated()
+
+    monkeypatch.setattr(StopRequest, "entered", False)
+    monkeypatch.setattr(command.commands, "raise_on_sigterm", lambda: None)
+    monkeypatch.setattr(command, "main", main)
+    with pytest.raises(SystemExit) as ended:
+        command.run()
+    assert ended.value.code == 143
+    said = capsys.readouterr().err.strip()
+    assert said == "stopped by SIGTERM " + (
+        "while the run closed: its checkpoint is saved" if loop_started
+        else "while starting: nothing was trained"
+    )  # fmt: skip

@@ -22,6 +22,7 @@ class StopRequest:
     """
 
     _early: str | None = None
+    entered = False  # whether this process has entered one: its loop (or launcher) took over
 
     def __init__(self, on_signal=None):
         self.signal_name = None
@@ -46,6 +47,7 @@ class StopRequest:
         return cls._early
 
     def __enter__(self):
+        StopRequest.entered = True
         for sig in (signal.SIGINT, signal.SIGTERM):
             if not inherited_ignore(sig):
                 self._previous[sig] = signal.signal(sig, self._handle)

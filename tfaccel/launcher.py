@@ -94,7 +94,7 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
         setting = isinstance(error, ValueError) and team.store is None
         env = isinstance(error, PoolError)
         with contextlib.suppress(OSError):  # a launcher killed meanwhile: nobody to tell
-            results.send({"error": first_line(error), "setting": setting, "env": env})
+            results.send({"error": first_line(error)[:1000], "setting": setting, "env": env})
         if isinstance(error, (ValueError, OSError, PoolError)):  # said in full by that line
             sys.exit(1)
         raise  # anything else: its traceback goes to stderr too

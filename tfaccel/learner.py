@@ -34,21 +34,15 @@ NONFINITE_NONE, NONFINITE_LOSS, NONFINITE_NORM = -2, -1, -3
 
 def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
     """RMSProp as in PAAC (Clemente et al., 2017): decay 0.99, epsilon 0.1."""
-    _check_epsilon(epsilon, "make_rmsprop.epsilon")
+    check_learning_rate(epsilon, "make_rmsprop.epsilon", "0.1")
     check_range(rho, "make_rmsprop.rho", 0, 1)
     return keras.optimizers.RMSprop(learning_rate=learning_rate, rho=rho, epsilon=epsilon)
 
 
 def make_adam(learning_rate, epsilon: float = 1e-5) -> keras.Optimizer:
     """Adam with epsilon 1e-5 (baselines' PPO and rlpyt's A2C; `make_adam.epsilon` changes it)."""
-    _check_epsilon(epsilon, "make_adam.epsilon")
+    check_learning_rate(epsilon, "make_adam.epsilon", "1e-5")
     return FusedAdam(learning_rate=learning_rate, epsilon=epsilon)
-
-
-def _check_epsilon(epsilon, name: str) -> None:
-    """The denominator's epsilon: a positive number (0 divides by zero where a moment is 0)."""
-    if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and epsilon > 0):
-        raise ValueError(f"{name} must be a number above 0, got {epsilon!r}")
 
 
 class FusedAdam(keras.optimizers.Adam):
@@ -92,12 +86,15 @@ def _handle(variable) -> tf.Tensor:
     return variable.handle
 
 
-def check_learning_rate(learning_rate, name: str) -> None:
-    """Raises a one-line ValueError unless `learning_rate` (bound as `name`) is a positive,
-    finite number: a negative rate climbs the loss, and 0 trains nothing."""
+def check_learning_rate(learning_rate, name: str, example: str = "7e-4") -> None:
+    """Raises a one-line ValueError unless `learning_rate` (bound as `name`; an optimizer's
+    epsilon alike) is a positive, finite number: a negative rate climbs the loss, and 0 trains
+    nothing (an epsilon of 0 divides by zero where a moment is 0)."""
     valid = isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool)
     if not (valid and 0 < learning_rate < float("inf")):
-        raise ValueError(f"{name} must be a positive number (e.g. 7e-4), got {learning_rate!r}")
+        raise ValueError(
+            f"{name} must be a positive number (e.g. {example}), got {learning_rate!r}"
+        )
 
 
 def linear_decay(

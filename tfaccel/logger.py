@@ -111,8 +111,7 @@ class MetricsLogger:
         TensorBoard keeps its events: it shows the redone stretch twice."""
         if self._columns is None:
             return 0
-        with open(self.path, newline="") as handle:
-            rows = list(csv.reader(handle))[1:]
+        rows = self._rows()
         frames_at = self._columns.index("env_frames")
         kept = [row for row in rows if int(row[frames_at]) <= env_frames]
         if len(kept) < len(rows):
@@ -121,10 +120,15 @@ class MetricsLogger:
 
     def _widen(self, new_columns: list[str]) -> None:
         """Rewrites the file with `new_columns` added to the header (atomically)."""
-        with open(self.path, newline="") as handle:
-            old_rows = list(csv.reader(handle))[1:]
+        old_rows = self._rows()
         self._columns = self._columns + new_columns
         self._rewrite([old + [""] * len(new_columns) for old in old_rows])
+
+    def _rows(self) -> list[list[str]]:
+        """The file's rows below its header (bytes that are not text read as U+FFFD: a damaged
+        header is not an error; `_read_existing` dropped the damaged rows)."""
+        with open(self.path, newline="", errors="replace") as handle:
+            return list(csv.reader(handle))[1:]
 
     def _rewrite(self, rows: list[list[str]]) -> None:
         """Replaces the file by the header and `rows` (atomically)."""

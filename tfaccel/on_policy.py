@@ -11,9 +11,7 @@ bookkeeping (stopping, logging, checkpoints) is `runner.Loop`, shared with the o
 from __future__ import annotations
 
 import functools
-import inspect
 import time
-import typing
 
 import gin
 
@@ -216,14 +214,16 @@ def make_learner(make_network, algorithm_fns, algorithm, make_optimizer, schedul
 
 
 def _check_algorithm(loss_fn, algorithm) -> None:
-    """Raises a one-line ValueError when `algorithm` is not the config that `loss_fn` is
-    annotated to take (`train.loss_fn = @ppo_loss` over a2c.gin's `A2CConfig` failed in the
-    first update with an AttributeError); a loss without that annotation is not checked."""
-    try:
-        wanted = typing.get_type_hints(inspect.unwrap(loss_fn)).get("config")
-    except (NameError, TypeError):
-        return
-    if isinstance(wanted, type) and not isinstance(algorithm, wanted):
+    """Raises a one-line ValueError when `loss_fn` is one of tfaccel's losses (as gin binds it,
+    or itself) and `algorithm` is not the config it takes: `train.loss_fn = @ppo_loss` over
+    a2c.gin's `A2CConfig` failed in the first update with an AttributeError. A loss of the
+    user's, or a wrapper of one of tfaccel's, is not checked."""
+    from tfaccel.algorithms import a2c, ppo
+
+    loss = getattr(loss_fn, "__wrapped__", loss_fn)  # gin's configurable wraps it once
+    takes = ((a2c.loss, a2c.A2CConfig), (ppo.loss, ppo.PPOConfig))
+    wanted = next((config for fn, config in takes if fn is loss or fn is loss_fn), None)
+    if wanted is not None and not isinstance(algorithm, wanted):
         raise ValueError(
             f"train.loss_fn takes a {wanted.__name__} and train.algorithm is "
             f"{type(algorithm).__name__}: bind train.algorithm = @{wanted.__name__}(), or start "

@@ -226,7 +226,8 @@ class Loop:
         settings: the run's `RunConfig`.
         log: the run's `MetricsLogger`.
         team: the processes training together (`strategies.SyncTeam`, `AsyncTeam`).
-        sampler: the trainer's sampler (its `pool` and its `seconds` of env and inference).
+        sampler: the trainer's sampler (its `pool`, its `seconds` of env and inference, and
+            the `agent_steps` it took, which `finish` counts with the team's).
         save: `(frames, wall_s) -> None`, saves a checkpoint (and publishes the policy).
         columns: `() -> dict`, the trainer's own columns of a metrics row.
         note: `() -> str`, what the progress line adds after the score.

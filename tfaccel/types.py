@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import typing
 from typing import Any, NamedTuple, Protocol
 
@@ -189,6 +190,8 @@ def check_field_types(config) -> None:
 def check_range(value, name: str, low: float | None = None, high: float | None = None) -> None:
     """Raises a one-line ValueError naming `name` (a gin binding) unless `low <= value <= high`
     (a bound of None is open; NaN is never in range)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
     if (low is None or value >= low) and (high is None or value <= high):
         return
     if low is not None and high is not None:

@@ -176,10 +176,13 @@ def test_a_stop_signal_stops_the_learners_cleanly_and_is_the_runs_status(
         process.send_signal(signal.SIGTERM)
     elif to == "group":
         os.killpg(process.pid, signal.SIGINT)
-    else:  # its lock: `pid <pid>: <command>`
-        while not (lock := (tmp_path / "learner-1" / ".lock")).exists():
+    else:  # its lock: `pid <pid>: <command>` (the file is made, then written)
+        lock, holder = tmp_path / "learner-1" / ".lock", None
+        while holder is None and time.monotonic() < deadline:
+            holder = re.match(r"pid (\d+):", lock.read_text() if lock.exists() else "")
             time.sleep(0.2)
-        os.kill(int(lock.read_text().split(":")[0].split()[1]), signal.SIGTERM)
+        assert holder, "learner 1 did not take its directory's lock"
+        os.kill(int(holder.group(1)), signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == status, err[-3000:]
     said = f"stopped by {name}" if to != "learner-1" else "stopped with another process of the run"

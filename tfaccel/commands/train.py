@@ -172,11 +172,18 @@ def _plays_atari(policy_dir: str) -> bool:
 
 def run() -> None:
     """The `tfaccel-train` console script (and `bin/train`)."""
+    from tfaccel.guards import StopRequest
+
     commands.raise_on_sigterm()  # as Ctrl-C does: what the run made while starting is removed
     try:
         status = main()
-    except KeyboardInterrupt as stop:  # a signal before the training loop took it over
-        commands.interrupted("while starting: nothing was trained", stop)
+    except KeyboardInterrupt as stop:  # a signal before the training loop took it over, or after
+        commands.interrupted(
+            "while the run closed: its checkpoint is saved"
+            if StopRequest.entered
+            else "while starting: nothing was trained",
+            stop,
+        )
     sys.exit(status)
 
 

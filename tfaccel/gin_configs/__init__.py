@@ -86,6 +86,9 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     finally:
         root.removeFilter(_not_a_resource_lookup)
     check_binding_types()
+    for binding in bindings:
+        if macro := re.match(r"\s*(\w+)\s*=", binding):
+            _check_macro(macro.group(1), files, bindings)
 
 
 def check_one_algorithm(files: Sequence[str]) -> None:
@@ -130,7 +133,6 @@ def check_binding_types() -> None:
         if not isinstance(statement, config_parser.BindingStatement):
             continue
         if not statement.arg_name:  # a macro, `NAME = value`, which bindings use as %NAME
-            _check_macro(statement.selector, text)
             continue
         configurable = gin.get_configurable(statement.selector)
         value, name = statement.value, f"{statement.selector}.{statement.arg_name}"
@@ -297,13 +299,19 @@ def _selectors() -> list[str] | None:
     return sorted({s.split(".")[-1] for s in selectors if not s.startswith("gin.")})
 
 
-def _check_macro(name: str, config: str) -> None:
-    """Raises a one-line ValueError for a macro (`NAME = value`) that no binding uses
-    (`%NAME`) and that names a parameter of a configurable: `total_frames = 5`, meant as
-    `RunConfig.total_frames = 5`, which gin takes as a macro and ignores."""
+def _check_macro(name: str, files: Sequence[str], bindings: Sequence[str]) -> None:
+    """Raises a one-line ValueError for a macro given as a binding (`NAME = value`) that no
+    config or binding uses (`%NAME`) and that names a parameter of a configurable:
+    `total_frames = 5`, meant as `RunConfig.total_frames = 5`, which gin takes as a macro and
+    ignores. (A macro the user's code reads with `gin.query_parameter` is best set in a file.)"""
     import gin
 
-    if re.search(rf"%{re.escape(name)}\b", config):
+    texts = [*bindings, gin.config_str()]
+    for name_or_path in files:
+        with contextlib.suppress(OSError):
+            with open(path(name_or_path)) as handle:
+                texts.append(handle.read())
+    if re.search(rf"%{re.escape(name)}\b", "\n".join(texts)):
         return
     owners = []
     for selector in _selectors() or ():
