@@ -203,6 +203,25 @@ def test_a_run_that_fails_at_its_start_leaves_no_directory_it_made(tmp_path, exi
     assert root.exists()
 
 
+def test_a_stop_while_the_run_directory_opens_leaves_no_directory(tmp_path, monkeypatch):
+    """A SIGTERM (raised as a KeyboardInterrupt) after the directory and tb/ were made, but
+    before `held` took over, left them behind; the lock was let go too."""
+    from tfaccel import networks
+    from tfaccel.commands import Terminated
+
+    def stopped():
+        raise Terminated()
+
+    monkeypatch.setattr(networks, "precision_warning", stopped)
+    with pytest.raises(Terminated):
+        run_dir.open_run(str(tmp_path / "run"), _Alone(), "precision float32")
+    assert not (tmp_path / "run").exists()
+    monkeypatch.undo()
+    run_dir.open_run(str(tmp_path / "run"), _Alone(), "precision float32")  # free again
+    with run_dir.held(str(tmp_path / "run")):
+        pass
+
+
 def test_a_run_directory_another_process_trains_is_not_removed(tmp_path):
     """A multi-worker worker that fails at its start must not remove the directory its chief
     has just made and trains in (the chief holds its lock, and has logged nothing yet)."""

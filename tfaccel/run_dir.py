@@ -34,15 +34,21 @@ def open_run(
     if (top := _topmost_missing(run_dir)) is not None:
         _created[os.path.realpath(run_dir)] = top
     make_run_dir(run_dir)
-    take_lock(run_dir)
-    quiet = None if team.chief else open(os.devnull, "w")
-    log = MetricsLogger(run_dir, stream=quiet)
-    log.message(precision)
-    if warning := networks.precision_warning():
-        log.message(f"warning: {warning}")
-    if devices:
-        log.message(devices)
-    return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+    try:  # a signal or an error before `held` takes over: the same clean-up
+        take_lock(run_dir)
+        quiet = None if team.chief else open(os.devnull, "w")
+        log = MetricsLogger(run_dir, stream=quiet)
+        log.message(precision)
+        if warning := networks.precision_warning():
+            log.message(f"warning: {warning}")
+        if devices:
+            log.message(devices)
+        return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
+    except BaseException:
+        _remove_created(run_dir)
+        _created.pop(os.path.realpath(run_dir), None)
+        release_lock(run_dir)
+        raise
 
 
 def _topmost_missing(path: str) -> str | None:
@@ -182,18 +188,24 @@ def held(run_dir: str):
     are removed again when the block fails before anything was trained into them (an env factory
     the workers cannot import, a batch that does not split, a rejected setting): no empty run is
     left to resume. The outermost of them goes only if no other process trains below it."""
-    key = os.path.realpath(run_dir)
     try:
         yield
     except BaseException:
-        if (top := _created.get(key)) is not None:
-            remove_if_unused(run_dir)
-            if os.path.realpath(top) != key:
-                remove_if_unused(top)
+        _remove_created(run_dir)
         raise
     finally:
-        _created.pop(key, None)
+        _created.pop(os.path.realpath(run_dir), None)
         release_lock(run_dir)
+
+
+def _remove_created(run_dir: str) -> None:
+    """Removes the directories `open_run` created for `run_dir` if nothing was trained into
+    them (the outermost only if no other process trains below it)."""
+    key = os.path.realpath(run_dir)
+    if (top := _created.get(key)) is not None:
+        remove_if_unused(run_dir)
+        if os.path.realpath(top) != key:
+            remove_if_unused(top)
 
 
 def atari_of(env, eval_episodes: int, log):

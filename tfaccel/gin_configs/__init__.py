@@ -315,7 +315,9 @@ def _check_macro(name: str, files: Sequence[str], bindings: Sequence[str]) -> No
         return
     owners = []
     for selector in _selectors() or ():
-        with contextlib.suppress(ValueError, TypeError):  # a name two modules share; a builtin
+        with contextlib.suppress(
+            ValueError, TypeError, KeyError
+        ):  # shared by two modules; a builtin
             if name in _parameters(gin.get_configurable(selector)):
                 owners.append(selector)
     if owners:
