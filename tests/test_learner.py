@@ -236,9 +236,9 @@ def test_warm_up_rises_linearly_then_follows_the_rate_or_its_decay():
 @pytest.mark.parametrize("rate", [-1e-3, 0, 0.0, float("nan"), float("inf"), "7e-4", True])
 def test_a_learning_rate_that_is_not_a_positive_number_is_refused(rate):
     with pytest.raises(ValueError, match=r"train.learning_rate must be a positive number"):
-        learner.check_learning_rate(rate, "train.learning_rate")
+        learner.check_positive(rate, "train.learning_rate", "7e-4")
 
 
 def test_a_positive_learning_rate_passes():
     for rate in (7e-4, 1, np.float32(1e-4)):
-        learner.check_learning_rate(rate, "train.learning_rate")
+        learner.check_positive(rate, "train.learning_rate", "7e-4")

@@ -34,14 +34,14 @@ NONFINITE_NONE, NONFINITE_LOSS, NONFINITE_NORM = -2, -1, -3
 
 def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
     """RMSProp as in PAAC (Clemente et al., 2017): decay 0.99, epsilon 0.1."""
-    check_learning_rate(epsilon, "make_rmsprop.epsilon", "0.1")
+    check_positive(epsilon, "make_rmsprop.epsilon", "0.1")
     check_range(rho, "make_rmsprop.rho", 0, 1)
     return keras.optimizers.RMSprop(learning_rate=learning_rate, rho=rho, epsilon=epsilon)
 
 
 def make_adam(learning_rate, epsilon: float = 1e-5) -> keras.Optimizer:
     """Adam with epsilon 1e-5 (baselines' PPO and rlpyt's A2C; `make_adam.epsilon` changes it)."""
-    check_learning_rate(epsilon, "make_adam.epsilon", "1e-5")
+    check_positive(epsilon, "make_adam.epsilon", "1e-5")
     return FusedAdam(learning_rate=learning_rate, epsilon=epsilon)
 
 
@@ -86,15 +86,13 @@ def _handle(variable) -> tf.Tensor:
     return variable.handle
 
 
-def check_learning_rate(learning_rate, name: str, example: str = "7e-4") -> None:
-    """Raises a one-line ValueError unless `learning_rate` (bound as `name`; an optimizer's
-    epsilon alike) is a positive, finite number: a negative rate climbs the loss, and 0 trains
-    nothing (an epsilon of 0 divides by zero where a moment is 0)."""
-    valid = isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool)
-    if not (valid and 0 < learning_rate < float("inf")):
-        raise ValueError(
-            f"{name} must be a positive number (e.g. {example}), got {learning_rate!r}"
-        )
+def check_positive(value, name: str, example: str) -> None:
+    """Raises a one-line ValueError unless `value` (bound as `name`) is a positive, finite
+    number: a learning rate (a negative one climbs the loss, and 0 trains nothing) or an
+    optimizer's epsilon (0 divides by zero where a moment is 0)."""
+    valid = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (valid and 0 < value < float("inf")):
+        raise ValueError(f"{name} must be a positive number (e.g. {example}), got {value!r}")
 
 
 def linear_decay(

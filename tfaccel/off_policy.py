@@ -131,7 +131,7 @@ def train_off_policy(
     """
     settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
-    learner.check_learning_rate(learning_rate, "train_off_policy.learning_rate")
+    learner.check_positive(learning_rate, "train_off_policy.learning_rate", "7e-4")
     for name, value, low, high in (("batch_size", batch_size, 1, None), ("n_step", n_step, 1, None),
                                    ("discount", discount, 0, 1)):  # fmt: skip
         check_range(value, f"train_off_policy.{name}", low, high)

@@ -80,7 +80,7 @@ def train(
     """
     settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
-    learner.check_learning_rate(learning_rate, "train.learning_rate")
+    learner.check_positive(learning_rate, "train.learning_rate", "7e-4")
     _check_algorithm(loss_fn, algorithm)
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
