@@ -2,16 +2,19 @@
 
 import contextlib
 import errno
+import io
 import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import gin
 import pytest
 
 from tests.fakes import Log
 from tfaccel import run_dir
+from tfaccel.logger import MetricsLogger
 
 BEFORE = """
 # Parameters for nature_torso:
@@ -109,6 +112,17 @@ def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path):
     run_dir.take_lock(str(tmp_path))  # this process again (a second run in one kernel): fine
     assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()}: ")
     run_dir.release_lock(str(tmp_path))
+
+
+def test_an_asynchronous_learners_lock_names_its_launcher_first(tmp_path, monkeypatch):
+    # The launcher is the command the user started and stops; the learner's own pid follows.
+    monkeypatch.setattr(run_dir, "launcher_pid", 4321)
+    run_dir.take_lock(str(tmp_path))
+    try:
+        text = (tmp_path / ".lock").read_text().strip()
+        assert text.startswith("pid 4321: ") and text.endswith(f"; its learner pid {os.getpid()}")
+    finally:
+        run_dir.release_lock(str(tmp_path))
 
 
 def test_a_run_directory_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
@@ -364,6 +378,26 @@ def test_another_algorithm_is_named_and_an_emptied_config_is_not_one(tmp_path):
     for damaged in ("", a2c[:10]):  # emptied, or cut inside its first setting
         path.write_text(damaged)
         run_dir.check_same_algorithm(str(tmp_path), a2c)
+
+
+@pytest.mark.parametrize("emptied", [True, False])
+def test_a_resume_whose_metrics_were_emptied_says_the_curve_starts_again(tmp_path, emptied):
+    """A zero-length metrics.csv (a full disk, a hand edit) resumed without a word."""
+
+    class Saver:
+        skipped = []
+
+        def restore(self):
+            return str(tmp_path / "checkpoints" / "ckpt-3")
+
+    (tmp_path / "metrics.csv").write_text("" if emptied else "env_frames,agent_steps\n400,100\n")
+    screen = io.StringIO()
+    log = MetricsLogger(str(tmp_path), stream=screen)
+    counters = SimpleNamespace(agent_steps=1000)
+    run_dir.resume(Saver(), str(tmp_path), [log], counters, 4, SimpleNamespace())
+    warning = f"warning: {log.path} has no rows before the checkpoint (emptied or removed): "
+    assert (warning + "the curve starts again at 4,000 frames" in screen.getvalue()) == emptied
+    assert "resumed from" in screen.getvalue()
 
 
 @pytest.mark.parametrize("loop_started", [False, True])

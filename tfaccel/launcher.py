@@ -77,6 +77,7 @@ def _learner_main(config: str, root_dir: str, team_args: tuple, results, environ
     (or its error) to the launcher on `results` (the sending end of a pipe of its own)."""
     StopRequest.hold_early()  # stopped while it starts: it saves after its first update
     _stop_when_orphaned(os.getppid())
+    run_dir.launcher_pid = os.getppid()  # a second command on the directory names the launcher
     os.environ.update(environment)
     from tfaccel import on_policy, trainers  # noqa: F401  (trainers registers every configurable)
 

@@ -118,6 +118,10 @@ class MetricsLogger:
             self._rewrite(kept)
         return len(rows) - len(kept)
 
+    def rows(self) -> int:
+        """How many rows the file holds below its header."""
+        return 0 if self._columns is None else len(self._rows())
+
     def _widen(self, new_columns: list[str]) -> None:
         """Rewrites the file with `new_columns` added to the header (atomically)."""
         old_rows = self._rows()

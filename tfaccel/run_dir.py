@@ -34,7 +34,7 @@ def open_run(
     if (top := _topmost_missing(run_dir)) is not None:
         _created[os.path.realpath(run_dir)] = top
     make_run_dir(run_dir)
-    try:  # a signal or an error before `held` takes over: the same clean-up
+    try:
         take_lock(run_dir)
         quiet = None if team.chief else open(os.devnull, "w")
         log = MetricsLogger(run_dir, stream=quiet)
@@ -44,10 +44,8 @@ def open_run(
         if devices:
             log.message(devices)
         return run_dir, log, MetricsLogger(run_dir, "eval", stream=quiet)
-    except BaseException:
-        _remove_created(run_dir)
-        _created.pop(os.path.realpath(run_dir), None)
-        release_lock(run_dir)
+    except BaseException:  # a signal or an error before `held` takes over: the same clean-up
+        _let_go(run_dir, failed=True)
         raise
 
 
@@ -83,6 +81,9 @@ def make_run_dir(run_dir: str) -> None:
 LOCK = ".lock"  # in a run directory: the pid of the process that trains it
 _held: dict[str, int] = {}  # run directory (real path) -> the open lock file this process holds
 _created: dict[str, str] = {}  # run directory open_run made (real path) -> topmost one it made
+# The process a lock names, when it is not the one that holds it: an asynchronous learner names
+# its launcher, the command the user started (and stops: it forwards the signal to its learners).
+launcher_pid: int | None = None
 
 
 def take_lock(run_dir: str) -> None:
@@ -118,9 +119,12 @@ def take_lock(run_dir: str) -> None:
         os.close(descriptor)
         return
     command = " ".join(os.path.basename(arg) if i == 0 else arg for i, arg in enumerate(sys.argv))
+    holder = f"pid {os.getpid()}: {command[:150]}"
+    if launcher_pid is not None:
+        holder = f"pid {launcher_pid}: {command[:150]}; its learner pid {os.getpid()}"
     try:
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"pid {os.getpid()}: {command[:150]}\n".encode(), 0)
+        os.pwrite(descriptor, f"{holder}\n".encode(), 0)
     except OSError as error:  # a full disk: let go, so that the directory made can be removed
         os.close(descriptor)
         raise _unwritable(run_dir, error) from None
@@ -191,21 +195,22 @@ def held(run_dir: str):
     try:
         yield
     except BaseException:
-        _remove_created(run_dir)
+        _let_go(run_dir, failed=True)
         raise
-    finally:
-        _created.pop(os.path.realpath(run_dir), None)
-        release_lock(run_dir)
+    _let_go(run_dir, failed=False)
 
 
-def _remove_created(run_dir: str) -> None:
-    """Removes the directories `open_run` created for `run_dir` if nothing was trained into
-    them (the outermost only if no other process trains below it)."""
+def _let_go(run_dir: str, failed: bool) -> None:
+    """Releases `run_dir`'s lock; when its run `failed`, first removes the directories
+    `open_run` created for it if nothing was trained into them (the outermost only if no
+    other process trains below it)."""
     key = os.path.realpath(run_dir)
-    if (top := _created.get(key)) is not None:
+    if failed and (top := _created.get(key)) is not None:
         remove_if_unused(run_dir)
         if os.path.realpath(top) != key:
             remove_if_unused(top)
+    _created.pop(key, None)
+    release_lock(run_dir)
 
 
 def atari_of(env, eval_episodes: int, log):
@@ -452,6 +457,11 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
         handle.write(config)
     for log in logs:
         log.rewind(frames)
+    if restored and frames and not logs[0].rows():  # the curve's history is gone: say so
+        logs[0].message(
+            f"warning: {logs[0].path} has no rows before the checkpoint (emptied or removed): "
+            f"the curve starts again at {frames:,} frames"
+        )
     for path, reason in saver.skipped:
         logs[0].message(f"warning: skipped the unreadable checkpoint {path} ({reason})")
     if restored:

@@ -176,12 +176,13 @@ def test_a_stop_signal_stops_the_learners_cleanly_and_is_the_runs_status(
         process.send_signal(signal.SIGTERM)
     elif to == "group":
         os.killpg(process.pid, signal.SIGINT)
-    else:  # its lock: `pid <pid>: <command>` (the file is made, then written)
-        lock, holder = tmp_path / "learner-1" / ".lock", None
+    else:  # its lock (made, then written) names the launcher, which a second command names
+        lock, holder, text = tmp_path / "learner-1" / ".lock", None, ""
         while holder is None and time.monotonic() < deadline:
-            holder = re.match(r"pid (\d+):", lock.read_text() if lock.exists() else "")
+            text = lock.read_text() if lock.exists() else ""
+            holder = re.match(rf"pid {process.pid}: .*; its learner pid (\d+)$", text.strip())
             time.sleep(0.2)
-        assert holder, "learner 1 did not take its directory's lock"
+        assert holder, f"learner 1's lock does not name the launcher, then itself: {text!r}"
         os.kill(int(holder.group(1)), signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == status, err[-3000:]
