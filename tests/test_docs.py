@@ -186,3 +186,79 @@ def test_docs_policy_resize_gives_tfaccels_frames_number_for_number():
         rows = policy_client.area_weights(in_shape[0], out_shape[0])
         cols = policy_client.area_weights(in_shape[1], out_shape[1]).T
         np.testing.assert_array_equal(policy_client.resize(frame, rows, cols), from_page)
+
+
+# Pages whose commands a reader copies. troubleshooting.md is left out: its commands are the
+# mistakes it explains.
+COMMAND_PAGES = ("README.md", "benchmarks/README.md") + tuple(
+    sorted(
+        os.path.relpath(os.path.join(folder, name), ROOT)
+        for folder, _, names in os.walk(os.path.join(ROOT, "docs"))
+        for name in names
+        if name.endswith(".md") and name != "troubleshooting.md"
+    )
+)
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def gin_commands() -> list:
+    """One pytest parameter per command of a page that names gin files or bindings, in a
+    fenced block (lines joined at a trailing backslash) or in a code span of the text, with its
+    `--gin_file`s (and the bare `.gin` arguments of a script such as `benchmarks/pong.sh`) and
+    its `--gin_bindings`. Placeholders (`<seconds>`) and the files a page's examples write
+    (`file=corridor.gin`) are left out."""
+    import shlex
+
+    params = []
+    for page in COMMAND_PAGES:
+        with open(os.path.join(ROOT, page), encoding="utf-8") as handle:
+            text = handle.read()
+        written = set(blocks(page)[0])
+        found = []  # (line, command)
+        for match in FENCE.finditer(text):
+            start = text.count("\n", 0, match.start()) + 2
+            for offset, line in enumerate(match.group(3).split("\n")):
+                found.append((start + offset, line))
+        prose = FENCE.sub(lambda match: "\n" * match.group(0).count("\n"), text)
+        for match in CODE_SPAN.finditer(prose):
+            found.append((prose.count("\n", 0, match.start()) + 1, match.group(1)))
+        joined = []  # a fenced command's continuation lines, joined to its first
+        for line, command in found:
+            if joined and joined[-1][1].endswith("\\"):
+                joined[-1] = (joined[-1][0], joined[-1][1][:-1] + " " + command)
+            else:
+                joined.append((line, command))
+        for line, command in joined:
+            if "--gin_" not in command:
+                continue
+            words = shlex.split(command.replace("\n", " "), comments=True)
+            files = [word.split("=", 1)[1] for word in words if word.startswith("--gin_file=")]
+            files += [word for word in words if word.endswith(".gin") and word[0] not in "-<"]
+            bindings = [w.split("=", 1)[1] for w in words if w.startswith("--gin_bindings=")]
+            if set(files) & written or any("<" in name or "=" in name for name in files):
+                continue
+            bindings = [binding for binding in bindings if "<" not in binding]
+            if files or bindings:
+                params.append(pytest.param(files, bindings, id=f"{page}:{line}"))
+    return params
+
+
+@pytest.mark.parametrize("files, bindings", gin_commands())
+def test_the_commands_of_the_docs_name_shipped_configs_and_valid_bindings(files, bindings):
+    """A reader copies these commands: a config renamed or a binding whose parameter went would
+    leave a page that fails at its first command. Each is parsed as `tfaccel-train` would."""
+    import gin
+
+    from tfaccel import gin_configs
+
+    gin.clear_config()
+    try:
+        gin_configs.parse(files, bindings)
+    finally:
+        gin.clear_config()
+
+
+def test_the_commands_of_the_docs_are_found():
+    pages = {param.id.split(":")[0] for param in gin_commands()}
+    assert {"README.md", "docs/results.md", "docs/distributed.md"} <= pages, pages
+    assert len(gin_commands()) >= 25
