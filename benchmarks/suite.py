@@ -4,6 +4,7 @@ side by side with published results.
 
     .venv/bin/python benchmarks/suite.py run --root=runs/suite               # the whole grid
     .venv/bin/python benchmarks/suite.py run --root=runs/suite --only=a2c --hours=2.5
+    .venv/bin/python benchmarks/suite.py run --root=runs/suite --seeds=0   # every first seed
     .venv/bin/python benchmarks/suite.py list --root=runs/suite              # what is done
     .venv/bin/python benchmarks/suite.py keep --root=runs/suite              # logs into the repo
     .venv/bin/python benchmarks/suite.py summary --root=benchmarks/results/suite/runs
@@ -167,14 +168,19 @@ class Job:
         return os.path.join(root, self.entry.name, self.game, f"seed{self.seed}")
 
 
-def jobs(only: set[str] | None = None, games: set[str] | None = None) -> list[Job]:
+def jobs(
+    only: set[str] | None = None, games: set[str] | None = None, seeds: set[int] | None = None
+) -> list[Job]:
     """The grid's runs in the order they are trained: entry by entry as listed (every game of
-    an entry's first seed before its second), each (entry, game, seed) once."""
+    an entry's first seed before its second), each (entry, game, seed) once; `only`, `games`
+    and `seeds` select (None: all)."""
     seen, result = set(), []
     for entry in GRID:
         if only and entry.name not in only:
             continue
         for seed in entry.seeds:
+            if seeds is not None and seed not in seeds:
+                continue
             for game in entry.games:
                 job = Job(entry, game, seed)
                 key = (entry.name, game, seed)
@@ -552,16 +558,9 @@ def table(entries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("run", "list", "keep", "summary"))
-    parser.add_argument("--root", default="runs/suite", help="the suite's run directories")
-    parser.add_argument("--only", default="", help="entries to run, e.g. a2c,c51 (default: all)")
-    parser.add_argument("--games", default="", help="games to run, e.g. breakout,pong")
-    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once")
-    parser.add_argument("--hours", type=float, default=None, help="stop (saved) after this long")
-    parser.add_argument("--out", default=RESULTS, help="where summary.{json,png} go")
-    args = parser.parse_args()
+def selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Job]:
+    """The jobs that `--only`, `--games` and `--seeds` select; an unknown name or seed ends the
+    command with one line naming the valid ones."""
     names = {entry.name for entry in GRID}
     only = {name for name in args.only.split(",") if name}
     games = {game for game in args.games.split(",") if game}
@@ -569,6 +568,28 @@ def main() -> int:
         parser.error(f"unknown entries {sorted(only - names)}; valid: {', '.join(sorted(names))}")
     if games - set(GAMES):
         parser.error(f"unknown games {sorted(games - set(GAMES))}; valid: {', '.join(GAMES)}")
+    try:
+        seeds = {int(seed) for seed in args.seeds.split(",") if seed.strip()}
+    except ValueError:
+        parser.error(f"--seeds {args.seeds!r}: give seed numbers separated by commas, e.g. 0,1")
+    known = {seed for entry in GRID for seed in entry.seeds}
+    if seeds - known:
+        parser.error(f"unknown seeds {sorted(seeds - known)}; the grid has {sorted(known)}")
+    return jobs(only or None, games or None, seeds or None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("run", "list", "keep", "summary"))
+    parser.add_argument("--root", default="runs/suite", help="the suite's run directories")
+    parser.add_argument("--only", default="", help="entries to run, e.g. a2c,c51 (default: all)")
+    parser.add_argument("--games", default="", help="games to run, e.g. breakout,pong")
+    parser.add_argument("--seeds", default="", help="seeds to run, e.g. 0 (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once")
+    parser.add_argument("--hours", type=float, default=None, help="stop (saved) after this long")
+    parser.add_argument("--out", default=RESULTS, help="where summary.{json,png} go")
+    args = parser.parse_args()
+    todo = selected(parser, args)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     if args.action in ("keep", "summary") and not os.path.isdir(args.root):
@@ -576,7 +597,6 @@ def main() -> int:
             f"--root {args.root} is not a directory: give the suite's run directories (`run` "
             f"makes them) or the kept logs, {os.path.relpath(KEPT)}"
         )
-    todo = jobs(only or None, games or None)
     if args.action == "run":
         return run_grid(args.root, todo, args.jobs, args.hours)
     if args.action == "list":

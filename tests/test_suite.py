@@ -32,6 +32,9 @@ def test_every_run_is_listed_once_and_a2c_pong_comes_first():
     assert keys[0] == ("a2c", "pong", 0) and keys[1] == ("a2c", "breakout", 0)
     assert {key[1] for key in keys} == set(suite.GAMES)
     assert [job.label for job in suite.jobs({"ppo"}, {"breakout"})] == ["ppo/breakout/seed0"]
+    firsts = suite.jobs({"c51"}, {"space_invaders"}, {0})  # not its second seed after it
+    assert [job.label for job in firsts] == ["c51/space_invaders/seed0"]
+    assert {job.seed for job in suite.jobs(seeds={1})} == {1}
 
 
 def test_the_command_binds_the_trainer_the_game_the_seed_and_the_wall_limit():
