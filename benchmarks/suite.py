@@ -103,9 +103,9 @@ GRID = (
         (0,),
         10_000_000,
         0.0,
-        "cleanrl:PPO",
+        "baselines:PPO",
     ),  # fmt: skip
-    Entry("appo", "appo.gin", "train", ("pong",), (0,), 20_000_000, 0.0, "schulman2017:PPO"),
+    Entry("appo", "appo.gin", "train", ("pong",), (0,), 20_000_000, 0.0, "baselines:PPO"),
     Entry(
         "appo",
         "appo.gin",
@@ -114,7 +114,7 @@ GRID = (
         (0,),
         10_000_000,
         0.0,
-        "cleanrl:PPO",
+        "baselines:PPO",
     ),  # fmt: skip
     Entry("a2c", "a2c.gin", "train", A2C_GAMES, (1,), 40_000_000, 0.0, "schulman2017:A2C"),
     Entry(
@@ -127,7 +127,7 @@ GRID = (
         0.25,
         "dopamine:C51",
     ),  # fmt: skip
-    Entry("ppo", "ppo.gin", "train", ("pong",), (0, 1), 20_000_000, 0.0, "schulman2017:PPO"),
+    Entry("ppo", "ppo.gin", "train", ("pong",), (0, 1), 20_000_000, 0.0, "baselines:PPO"),
     Entry(
         "dqn", "dqn.gin", "train_off_policy", ("pong",), (0, 1), 10_000_000, 0.25, "dopamine:DQN"
     ),  # fmt: skip
@@ -362,25 +362,26 @@ def load_reference(kind_agent: str, game: str, frames: int) -> dict | None:
             "low": mean,  # only the mean over 3 seeds is published
             "high": mean,
         }
-    if kind == "cleanrl":  # ppo_atari.py where it ran the game, else its JAX/EnvPool twin
-        with open(os.path.join(REFERENCES, "cleanrl_ppo_atari.json")) as handle:
+    if kind == "baselines":  # ppo2's curve, read at `frames`
+        import numpy as np
+
+        with open(os.path.join(REFERENCES, "baselines_ppo2_atari10m.json")) as handle:
             document = json.load(handle)
-        for script in ("ppo_atari.py", "ppo_atari_envpool_xla_jax.py"):
-            figure = document["scores"].get(script, {}).get(camel(game))
-            if figure is not None:
-                break
-        else:
+        points = sorted(document["curves"].get(camel(game), []))
+        if agent != "PPO" or not points or points[-1][0] < 0.99 * frames:
             return None
+        frames_at, scores = zip(*points, strict=True)
+        mean = round(float(np.interp(frames, frames_at, scores)), 2)
         return {
-            "source": f"{document['source']['repo']} {document['source']['commit']}, {script}",
-            "protocol": json.dumps(document["protocol"]),
-            "seeds": 3,
-            "frames": 40_000_000,  # 10M agent steps
-            "mean": figure["mean"],
-            "low": figure["mean"] - figure["std"],  # mean +- std over its 3 seeds
-            "high": figure["mean"] + figure["std"],
+            "source": document["source"],
+            "protocol": document["protocol"] + "; " + document["what"],
+            "seeds": 6,
+            "mean": mean,
+            "low": mean,  # only the mean over 6 runs is published
+            "high": mean,
+            "curve": [[f, score, score, score] for f, score in points],
         }
-    raise ValueError(f"unknown reference kind {kind!r}; valid: dopamine, schulman2017, cleanrl")
+    raise ValueError(f"unknown reference kind {kind!r}; valid: dopamine, schulman2017, baselines")
 
 
 def _spread(values: list[float]) -> tuple[float, float, float]:

@@ -63,6 +63,23 @@ def write_run(path, rows):
         handle.write("RunConfig.seed = 0\n")
 
 
+def test_ppo_and_appo_are_held_to_ppo2_at_their_own_frames():
+    """Their reference was CleanRL's PPO after 40M frames, four times the frames of the runs."""
+    for job in suite.jobs({"ppo", "appo"}):
+        reference = suite.load_reference(job.entry.reference, job.game, job.entry.frames)
+        points = {row[0]: row[1] for row in reference["curve"]}
+        assert reference["seeds"] == 6 and max(points) >= job.entry.frames
+        below = max(f for f in points if f <= job.entry.frames)
+        above = min(f for f in points if f >= job.entry.frames)
+        assert min(points[below], points[above]) <= reference["mean"]
+        assert reference["mean"] <= max(points[below], points[above])
+    breakout = suite.load_reference("baselines:PPO", "breakout", 10_000_000)
+    assert breakout["mean"] == pytest.approx(71.5, abs=0.1)  # the page's curve at 2.5M timesteps
+    assert breakout["curve"][-1][1] == pytest.approx(239.9, abs=0.1)  # and at its end, 40M frames
+    assert suite.load_reference("baselines:PPO", "breakout", 80_000_000) is None  # beyond it
+    assert suite.load_reference("baselines:PPO", "asterix", 10_000_000) is None  # not on the page
+
+
 def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     root = str(tmp_path)
     write_run(f"{root}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
