@@ -496,10 +496,10 @@ def draw(entries: list[dict], path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     for axis, game in zip(axes.flat, GAMES, strict=True):
+        shared = {}  # a reference -> the entries held to it (PPO and APPO share ppo2's curve)
         for entry in [e for e in entries if e["game"] == game]:
             color = COLORS.get(entry["entry"], "black")
             curves = [seed["curve"] for seed in entry["seeds"].values() if seed["curve"]]
@@ -508,22 +508,11 @@ def draw(entries: list[dict], path: str) -> None:
                 label = f"{entry['entry']} ({seeds_text(entry['finished_seeds'], len(curves))})"
                 axis.plot(grid / 1e6, mean, color=color, label=label)
                 axis.fill_between(grid / 1e6, low, high, color=color, alpha=0.2)
-            reference = entry["reference"]
-            if reference and "curve" in reference:
-                x, mean, low, high = np.array(reference["curve"]).T
-                cut = x <= entry["frames"] * 1.0001
-                axis.plot(
-                    x[cut] / 1e6, mean[cut], "--", color=color, label=f"{entry['entry']} ref."
-                )
-                axis.fill_between(x[cut] / 1e6, low[cut], high[cut], color=color, alpha=0.08)
-            elif reference:
-                frames = reference.get("frames") or entry["frames"]
-                error = [
-                    [reference["mean"] - reference["low"]],
-                    [reference["high"] - reference["mean"]],
-                ]
-                axis.errorbar(frames / 1e6, reference["mean"], yerr=error, fmt="*", color=color,
-                              markersize=12, label=f"{entry['entry']} ref.")  # fmt: skip
+            if reference := entry["reference"]:  # one file may hold several agents' figures
+                key = (reference["source"], reference["protocol"], reference["mean"])
+                shared.setdefault(key, []).append(entry)
+        for held in shared.values():
+            _draw_reference(axis, held)
         axis.set_title(camel(game))
         axis.set_xlabel("env frames (M)")
         axis.set_ylabel("raw score, last 20 games")
@@ -532,6 +521,27 @@ def draw(entries: list[dict], path: str) -> None:
             axis.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def _draw_reference(axis, held: list[dict]) -> None:
+    """One reference on a game's panel, in the colour of the first entry `held` to it and named
+    after them all: a curve to the furthest of their frames, or a point with its range."""
+    import numpy as np
+
+    reference, names = held[0]["reference"], ", ".join(dict.fromkeys(e["entry"] for e in held))
+    color = COLORS.get(held[0]["entry"], "black")
+    if "curve" in reference:
+        x, mean, low, high = np.array(reference["curve"]).T
+        cut = x <= max(e["frames"] for e in held) * 1.0001
+        axis.plot(x[cut] / 1e6, mean[cut], "--", color=color, label=f"{names} ref.")
+        axis.fill_between(x[cut] / 1e6, low[cut], high[cut], color=color, alpha=0.08)
+        return
+    for entry in held:  # a point at each entry's frames (the same where they agree)
+        point = entry["reference"]
+        frames = point.get("frames") or entry["frames"]
+        error = [[point["mean"] - point["low"]], [point["high"] - point["mean"]]]
+        axis.errorbar(frames / 1e6, point["mean"], yerr=error, fmt="*", color=color,
+                      markersize=12, label=f"{names} ref." if entry is held[0] else None)  # fmt: skip
 
 
 def table(entries: list[dict]) -> str:

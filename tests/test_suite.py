@@ -189,3 +189,27 @@ def test_a_root_without_runs_is_refused_and_leaves_the_results_as_they_were(tmp_
     with pytest.raises(SystemExit):
         main("summary", f"--root={tmp_path / 'empty'}")
     assert "no run of the suite under" in capsys.readouterr().err and not out.exists()
+
+
+def test_entries_held_to_one_reference_share_its_line_and_others_keep_theirs(tmp_path, monkeypatch):
+    """PPO and APPO share ppo2's curve: it was drawn twice, one line over the other. Dopamine's
+    agents come from one file each game, yet each is its own curve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = {(e["entry"], e["game"]): e for e in suite.summarize(str(tmp_path))}  # none run
+    drawn = []
+    draw_reference = suite._draw_reference
+    monkeypatch.setattr(
+        suite, "_draw_reference", lambda axis, held: drawn.append([e["entry"] for e in held])
+    )
+    suite.draw(list(entries.values()), str(tmp_path / "summary.png"))
+    assert ["ppo", "appo"] in drawn  # Breakout and Space Invaders at 10M frames
+    assert ["appo", "ppo"] in drawn  # Pong at 20M frames (APPO's entry comes first there)
+    assert ["c51"] in drawn and ["dqn"] in drawn and ["rainbow"] in drawn  # Pong: three lines
+    figure, axis = plt.subplots()
+    draw_reference(axis, [entries["ppo", "breakout"], entries["appo", "breakout"]])
+    assert axis.get_legend_handles_labels()[1] == ["ppo, appo ref."]
+    plt.close(figure)
