@@ -242,3 +242,37 @@ def test_a_learning_rate_that_is_not_a_positive_number_is_refused(rate):
 def test_a_positive_learning_rate_passes():
     for rate in (7e-4, 1, np.float32(1e-4)):
         learner.check_positive(rate, "train.learning_rate", "7e-4")
+
+
+@pytest.mark.parametrize("algorithm", ["a2c", "ppo"])
+def test_a_strategy_of_one_replica_trains_as_no_strategy(algorithm):
+    """`MirroredStrategy` on one device (one GPU, or `mirrored.gin` with one logical CPU) failed
+    at the first update with TensorFlow's `merge_call` error: under any strategy the optimizer
+    synchronizes inside `apply_gradients`, which a replica context cannot branch around."""
+    if algorithm == "a2c":
+        config = a2c.A2CConfig()
+        kwargs = dict(loss_fn=lambda network, batch: a2c.loss(network, batch, config))
+    else:
+        # whole-batch steps: a strategy's random generator draws another minibatch order
+        config = ppo.PPOConfig(epochs=3, minibatches=1)
+        kwargs = dict(
+            loss_fn=lambda network, batch: ppo.loss(network, batch, config),
+            prepare_fn=lambda network, batch: ppo.samples(network, batch, config),
+            epochs=config.epochs,
+            minibatches=config.minibatches,
+        )
+    one = tf.distribute.MirroredStrategy(["/cpu:0"])
+    plain, mirrored = (make_learner(strategy=strategy, **kwargs) for strategy in (None, one))
+    for seed in range(2):
+        for agent in (plain, mirrored):
+            agent.train(random_rollout(seed=seed, steps=4, envs=4))
+    for a, b in zip(weights(plain), weights(mirrored), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    bad = random_rollout(seed=5, steps=4, envs=4)
+    reward = np.array(bad.reward, np.float32)
+    reward[0, 0] = np.nan
+    before = weights(mirrored)
+    metrics = mirrored.train(bad._replace(reward=reward))
+    assert metrics["skipped_updates"] >= 1.0 and mirrored.last_fault == "the loss"
+    for old, new in zip(before, weights(mirrored), strict=True):
+        np.testing.assert_array_equal(old, new)

@@ -198,6 +198,9 @@ class Learner:
         self._prepare_fn, self._epochs, self._minibatches = prepare_fn, epochs, minibatches
         keras.utils.set_random_seed(seed)  # the initial weights: the same seed, the same network
         with self.strategy.scope():
+            # Under a strategy, even of one replica (MirroredStrategy on one GPU), the optimizer
+            # synchronizes in apply_gradients, which a replica context cannot branch around.
+            self._synchronizing = tf.distribute.has_strategy()
             self.network = make_network()
             self.optimizer = make_optimizer()
             self.optimizer.build(self.network.trainable_variables)
@@ -236,7 +239,7 @@ class Learner:
         if self._optimizer_sums:  # the optimizer sums the replicas' gradients again
             gradients = [gradient / self._replicas for gradient in gradients]
         finite = tf.logical_and(bad_loss == 0.0, tf.math.is_finite(norm))
-        if self._replicas > 1:  # replicas synchronize in apply: branch in cross-replica context
+        if self._synchronizing:  # replicas synchronize in apply: branch in cross-replica context
             where = tf.distribute.get_replica_context().merge_call(
                 lambda strategy, *args: self._cross_replica_cond(strategy, *args),
                 args=(finite, gradients, summed, bad_loss),
