@@ -194,6 +194,29 @@ def test_slurm_cluster_outside_a_slurm_job_is_named(monkeypatch):
         strategies.make_strategy("multi_worker", cluster="k8s")
 
 
+@pytest.mark.parametrize("visible", [None, "0,1"])
+def test_a_slurm_step_on_cpu_nodes_or_gpu_nodes_gives_every_task_its_place(
+    tmp_path, monkeypatch, visible
+):
+    """On CPU nodes (no nvidia-smi) the resolver failed: "No such file or directory:
+    'nvidia-smi'", or "range() arg 3 must not be zero" where nvidia-smi listed no GPU."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    for name, value in [("SLURM_PROCID", "1"), ("SLURM_STEP_NODELIST", "node[1-2]"),
+                        ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"), ("SLURM_STEP_NUM_TASKS", "4")]:  # fmt: skip
+        monkeypatch.setenv(name, value)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    resolver = strategies._cluster_resolver("slurm", 8888)
+    assert resolver.cluster_spec().as_dict() == {
+        "worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]
+    }
+    assert (resolver.task_type, resolver.task_id) == ("worker", 1)
+    # CPU nodes: no GPU named; GPU nodes: the second task of node1 takes its second GPU
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == (None if visible is None else "1")
+
+
 def test_sigterm_after_the_multi_worker_strategy_is_made_still_ends_the_process():
     # TensorFlow's coordination service sets a SIGTERM handler that only logs; make_strategy puts
     # Python's back, so a job scheduler's SIGTERM during start-up is not lost (before the fix the

@@ -116,10 +116,35 @@ def _cluster_resolver(cluster: str, slurm_port: int):
                 f"make_strategy.cluster = 'slurm' needs a Slurm job step ({', '.join(missing)} "
                 "not set): start the workers with srun"
             )
-        return tf.distribute.cluster_resolver.SlurmClusterResolver(
-            port_base=slurm_port, auto_set_gpu=True
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver
+        if gpus := node_gpus():  # each task of a node gets its share of the node's GPUs
+            return resolver(port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True)
+        # CPU nodes: the resolver pairs each task of a node with GPU ids (none here failed it
+        # with "range() arg 3 must not be zero", or nvidia-smi missing): nominal ids, not set.
+        return resolver(
+            port_base=slurm_port, gpus_per_node=4096, gpus_per_task=1, auto_set_gpu=False
         )
     raise ValueError(f"unknown make_strategy.cluster {cluster!r}; valid: tf_config, slurm")
+
+
+def node_gpus() -> int:
+    """The NVIDIA GPUs this process may use: those `CUDA_VISIBLE_DEVICES` names where it is set
+    (empty: none), else those `nvidia-smi` lists (0 without it)."""
+    import shutil
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([name for name in visible.split(",") if name.strip()])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
 
 
 def split_cpu(count: int) -> None:
