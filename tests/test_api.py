@@ -91,6 +91,10 @@ def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
         (["catch_a2c.gin", "distribute/async_machines.gin"],
          r"async_machines.gin works on asynchronous learners: put --gin_file=distribute/async.gin"),
         (["catch_dqn.gin", "distribute/async.gin"], r"the DQN family has no asynchronous mode"),
+        # it said to add async.gin, which the next command then refused for the DQN family
+        (["catch_dqn.gin", "distribute/async_machines.gin"],
+         r"async_machines.gin works on asynchronous learners: the DQN family has no asynchronous "
+         r"mode: use distribute/multi_worker.gin"),
         (["catch_a3c.gin", "distribute/multi_worker.gin"],
          r"multi_worker.gin does not combine with asynchronous learners"),
         (["catch_a3c.gin", "distribute/mirrored.gin"],

@@ -63,15 +63,18 @@ def check_distribution(trainer) -> None:
         ValueError: async_machines.gin without asynchronous learners; async.gin with a DQN-family
             config, with multi_worker.gin or with mirrored.gin.
     """
+    dqn_family = _bound("train_off_policy.algorithm") is not None
     if trainer is not launcher.train_async and _bound("train_async.sync_machines"):
-        raise ValueError(
-            "distribute/async_machines.gin works on asynchronous learners: put "
-            "--gin_file=distribute/async.gin before it (a3c.gin and appo.gin include it), or "
-            "use distribute/multi_worker.gin for synchronous training across machines"
+        then = (
+            "the DQN family has no asynchronous mode: use distribute/multi_worker.gin with it"
+            if dqn_family
+            else "put --gin_file=distribute/async.gin before it (a3c.gin and appo.gin include "
+            "it), or use distribute/multi_worker.gin for synchronous training across machines"
         )
+        raise ValueError(f"distribute/async_machines.gin works on asynchronous learners: {then}")
     if trainer is not launcher.train_async:
         return
-    if _bound("train_off_policy.algorithm") is not None:  # a DQN-family config
+    if dqn_family:
         raise ValueError(
             "distribute/async.gin runs on-policy learners (A2C, PPO): the DQN family has no "
             "asynchronous mode; use distribute/mirrored.gin or multi_worker.gin with it"
