@@ -106,3 +106,51 @@ def test_a_worker_whose_port_is_taken_says_so_in_one_line(tmp_path):
         "worker another port"
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_workers_given_clusters_of_different_sizes_say_so_in_one_line(tmp_path):
+    """Each ended with a TensorFlow traceback: "... is joining a group with size3, but that group
+    has size 2" [Op:CollectiveBcastSend]."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tests.integration.test_train import ROOT
+
+    sockets = [socket.socket() for _ in range(3)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    addresses = [f"127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "bin/train",
+                f"--root_dir={tmp_path / 'run'}",
+                "--gin_file=catch_a2c.gin",
+                "--gin_file=distribute/multi_worker.gin",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "TF_CONFIG": json.dumps(
+                    {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
+                ),
+            },
+        )  # fmt: skip
+        for index, cluster in ((0, addresses[:2]), (1, addresses))
+    ]
+    for process in processes:
+        _, err = process.communicate(timeout=180)
+        assert process.returncode == 1, err[-3000:]
+        assert err.strip().splitlines()[-1] == (
+            "error: the workers were given clusters of different sizes (2 and 3 workers): give "
+            "every worker the same cluster.worker list in TF_CONFIG, with its own task.index"
+        )
+        assert "Traceback" not in err

@@ -12,6 +12,7 @@ resumes), so that `tfaccel-train ... && tfaccel-eval ...` stops at an interrupte
 
 import glob
 import os
+import re
 import sys
 
 from tfaccel import commands
@@ -80,6 +81,17 @@ def main(argv=None) -> int:
         commands.fail(f"{commands.first_line(error)}; {then}")
     except RuntimeError as error:  # gin: no algorithm config gave `train` its env and loss
         commands.fail(str(gin_configs.no_algorithm(error) or commands.first_line(error)))
+    except tf.errors.InternalError as error:  # multi-worker: workers given other clusters
+        sizes = re.search(
+            r"joining a group with size ?(\d+), but that group has size (\d+)", str(error)
+        )
+        if sizes is None:
+            raise
+        fewer, more = sorted(int(size) for size in sizes.groups())
+        commands.fail(
+            f"the workers were given clusters of different sizes ({fewer} and {more} workers): "
+            "give every worker the same cluster.worker list in TF_CONFIG, with its own task.index"
+        )
     except peer_lost as error:  # multi-worker: a peer died or stopped answering
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         telling = [line for line in lines if "abort" in line or "connect" in line.lower()]
