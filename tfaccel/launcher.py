@@ -135,7 +135,9 @@ def train_async(
         )
     if sync_period_seconds <= 0:
         raise ValueError(f"sync_period_seconds must be > 0, got {sync_period_seconds}")
-    strategy = machines.collective_strategy() if sync_machines else None  # before TF's devices
+    strategy = None
+    if sync_machines:  # before TF's devices, without their start-up lines (a CUDA probe's)
+        strategy = console.set_up_tensorflow(make_strategy=machines.collective_strategy)
     machine, machine_count = 0, 1
     if strategy is not None:
         machine, machine_count = strategies.worker_index(strategy), strategies.num_workers(strategy)
