@@ -229,7 +229,11 @@ def _supervise(processes, strategy, store_args, sync_period_seconds):
     sync = machines.MachineSync(strategy, store)
     try:
         return _wait_in_rounds(processes, sync, store, sync_period_seconds), sync
-    except BaseException:  # a machine died (a collective failed): stop ours, say so
+    except Exception:  # a machine died (a collective failed): stop ours, say so
+        store.request_stop()  # as another learner stops them: not "stopped by SIGTERM"
+        _stop_all(processes, asked=True)
+        raise
+    except BaseException:
         _stop_all(processes)
         raise
     finally:
@@ -353,15 +357,25 @@ def _terminate(processes, number: int = signal.SIGTERM) -> None:
             os.kill(process.pid, number)
 
 
-def _stop_all(processes, grace: float = 60.0) -> None:
-    """SIGTERM, then SIGKILL for a learner still running after `grace` seconds."""
+def _stop_all(processes, grace: float = 60.0, asked: bool = False) -> None:
+    """SIGTERM, then SIGKILL for a learner still running after `grace` seconds; learners
+    `asked` to stop through the store (each stops at its next update, and saves) get `grace`
+    seconds to end before that."""
     processes = list(processes)
-    _terminate(processes)
-    deadline = time.time() + grace
+    if asked:
+        _join_all(processes, grace)
+    _terminate([process for process in processes if process.is_alive()])
+    _join_all(processes, grace)
     for process in processes:
-        process.join(timeout=max(deadline - time.time(), 0.1))
         if process.is_alive():
             process.kill()
+
+
+def _join_all(processes, seconds: float) -> None:
+    """Waits up to `seconds` in all for `processes` to end."""
+    deadline = time.time() + seconds
+    for process in processes:
+        process.join(timeout=max(deadline - time.time(), 0.1))
 
 
 STORE_PREFIX = "tfaccel-ps-"  # + the launcher's pid + "-" + a random tag

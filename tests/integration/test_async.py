@@ -138,10 +138,12 @@ def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_pa
     orphans = descendants(machines[1].pid)  # its learner, and that learner's env workers
     machines[1].kill()  # SIGKILL: its learner is orphaned and must stop by itself
     machines[1].wait()
-    _, err = machines[0].communicate(timeout=180)
+    out, err = machines[0].communicate(timeout=180)
     assert machines[0].returncode != 0
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: a worker of the multi-worker run stopped answering"), last
+    # Its learner stopped with the run, saving; nobody had sent it a SIGTERM to blame.
+    assert "stopped by SIGTERM" not in out and "stopped with another process" in out, out[-2000:]
     deadline = time.time() + 60
     while any(state(pid) not in ("", "Z") for pid in orphans) and time.time() < deadline:
         time.sleep(0.5)
