@@ -509,7 +509,8 @@ def draw(entries: list[dict], path: str) -> None:
                 axis.plot(grid / 1e6, mean, color=color, label=label)
                 axis.fill_between(grid / 1e6, low, high, color=color, alpha=0.2)
             if reference := entry["reference"]:  # one file may hold several agents' figures
-                key = (reference["source"], reference["protocol"], reference["mean"])
+                key = (reference["source"], reference["protocol"])  # one curve, or a point:
+                key += () if "curve" in reference else (reference["mean"],)  # at its frames
                 shared.setdefault(key, []).append(entry)
         for held in shared.values():
             _draw_reference(axis, held)

@@ -244,11 +244,13 @@ def test_a_positive_learning_rate_passes():
         learner.check_positive(rate, "train.learning_rate", "7e-4")
 
 
+@pytest.mark.parametrize("kind", ["mirrored", "one_device"])
 @pytest.mark.parametrize("algorithm", ["a2c", "ppo"])
-def test_a_strategy_of_one_replica_trains_as_no_strategy(algorithm):
+def test_a_strategy_of_one_replica_trains_as_no_strategy(algorithm, kind):
     """`MirroredStrategy` on one device (one GPU, or `mirrored.gin` with one logical CPU) failed
     at the first update with TensorFlow's `merge_call` error: under any strategy the optimizer
-    synchronizes inside `apply_gradients`, which a replica context cannot branch around."""
+    synchronizes inside `apply_gradients`, which a replica context cannot branch around.
+    `OneDeviceStrategy` is a run's strategy on one GPU, and an asynchronous learner's."""
     if algorithm == "a2c":
         config = a2c.A2CConfig()
         kwargs = dict(loss_fn=lambda network, batch: a2c.loss(network, batch, config))
@@ -261,7 +263,11 @@ def test_a_strategy_of_one_replica_trains_as_no_strategy(algorithm):
             epochs=config.epochs,
             minibatches=config.minibatches,
         )
-    one = tf.distribute.MirroredStrategy(["/cpu:0"])
+    one = (
+        tf.distribute.MirroredStrategy(["/cpu:0"])
+        if kind == "mirrored"
+        else tf.distribute.OneDeviceStrategy("/cpu:0")
+    )
     plain, mirrored = (make_learner(strategy=strategy, **kwargs) for strategy in (None, one))
     for seed in range(2):
         for agent in (plain, mirrored):

@@ -395,8 +395,8 @@ def test_a_resume_whose_metrics_were_emptied_says_the_curve_starts_again(tmp_pat
     log = MetricsLogger(str(tmp_path), stream=screen)
     counters = SimpleNamespace(agent_steps=1000)
     run_dir.resume(Saver(), str(tmp_path), [log], counters, 4, SimpleNamespace())
-    warning = f"warning: {log.path} has no rows before the checkpoint (emptied or removed): "
-    assert (warning + "the curve starts again at 4,000 frames" in screen.getvalue()) == emptied
+    warning = f"warning: {log.path} has no rows at or before the checkpoint's 4,000 frames: "
+    assert (warning + "the curve starts there" in screen.getvalue()) == emptied
     assert "resumed from" in screen.getvalue()
 
 

@@ -205,12 +205,14 @@ def _let_go(run_dir: str, failed: bool) -> None:
     `open_run` created for it if nothing was trained into them (the outermost only if no
     other process trains below it)."""
     key = os.path.realpath(run_dir)
-    if failed and (top := _created.get(key)) is not None:
-        remove_if_unused(run_dir)
-        if os.path.realpath(top) != key:
-            remove_if_unused(top)
-    _created.pop(key, None)
-    release_lock(run_dir)
+    try:
+        if failed and (top := _created.get(key)) is not None:
+            remove_if_unused(run_dir)
+            if os.path.realpath(top) != key:
+                remove_if_unused(top)
+    finally:  # even if the removal fails (a second Ctrl-C)
+        _created.pop(key, None)
+        release_lock(run_dir)
 
 
 def atari_of(env, eval_episodes: int, log):
@@ -457,10 +459,10 @@ def resume(saver, run_dir: str, logs, counters, frame_skip: int, team) -> str | 
         handle.write(config)
     for log in logs:
         log.rewind(frames)
-    if restored and frames and not logs[0].rows():  # the curve's history is gone: say so
+    if restored and frames and not logs[0].rows():  # emptied, removed, or never written
         logs[0].message(
-            f"warning: {logs[0].path} has no rows before the checkpoint (emptied or removed): "
-            f"the curve starts again at {frames:,} frames"
+            f"warning: {logs[0].path} has no rows at or before the checkpoint's {frames:,} "
+            "frames: the curve starts there"
         )
     for path, reason in saver.skipped:
         logs[0].message(f"warning: skipped the unreadable checkpoint {path} ({reason})")

@@ -194,7 +194,7 @@ def test_slurm_cluster_outside_a_slurm_job_is_named(monkeypatch):
         strategies.make_strategy("multi_worker", cluster="k8s")
 
 
-@pytest.mark.parametrize("visible", [None, "0,1"])
+@pytest.mark.parametrize("visible", [None, "-1", "0,1"])
 def test_a_slurm_step_on_cpu_nodes_or_gpu_nodes_gives_every_task_its_place(
     tmp_path, monkeypatch, visible
 ):
@@ -206,15 +206,17 @@ def test_a_slurm_step_on_cpu_nodes_or_gpu_nodes_gives_every_task_its_place(
         monkeypatch.setenv(name, value)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    else:
+    else:  # -1: GPUs hidden
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    gpus = visible == "0,1"
     resolver = strategies._cluster_resolver("slurm", 8888)
     assert resolver.cluster_spec().as_dict() == {
         "worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]
     }
     assert (resolver.task_type, resolver.task_id) == ("worker", 1)
-    # CPU nodes: no GPU named; GPU nodes: the second task of node1 takes its second GPU
-    assert os.environ.get("CUDA_VISIBLE_DEVICES") == (None if visible is None else "1")
+    # CPU nodes: no GPU named or reported; GPU nodes: the second task of node1 takes its second
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == ("1" if gpus else visible)
+    assert resolver.num_accelerators() == ({"GPU": 1} if gpus else {})
 
 
 def test_sigterm_after_the_multi_worker_strategy_is_made_still_ends_the_process():

@@ -150,7 +150,8 @@ def test_workers_given_clusters_of_different_sizes_say_so_in_one_line(tmp_path):
         _, err = process.communicate(timeout=180)
         assert process.returncode == 1, err[-3000:]
         assert err.strip().splitlines()[-1] == (
-            "error: the workers were given clusters of different sizes (2 and 3 workers): give "
-            "every worker the same cluster.worker list in TF_CONFIG, with its own task.index"
+            "error: the workers disagree on the run's replicas (2 and 3): give every worker the "
+            "same cluster.worker list in TF_CONFIG (with its own task.index) and the same number "
+            "of devices"
         )
         assert "Traceback" not in err

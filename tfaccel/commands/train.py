@@ -87,10 +87,11 @@ def main(argv=None) -> int:
         )
         if sizes is None:
             raise
-        fewer, more = sorted(int(size) for size in sizes.groups())
+        fewer, more = sorted(int(size) for size in sizes.groups())  # replicas: devices x workers
         commands.fail(
-            f"the workers were given clusters of different sizes ({fewer} and {more} workers): "
-            "give every worker the same cluster.worker list in TF_CONFIG, with its own task.index"
+            f"the workers disagree on the run's replicas ({fewer} and {more}): give every worker "
+            "the same cluster.worker list in TF_CONFIG (with its own task.index) and the same "
+            "number of devices"
         )
     except peer_lost as error:  # multi-worker: a peer died or stopped answering
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]

@@ -120,22 +120,32 @@ def _cluster_resolver(cluster: str, slurm_port: int):
         if gpus := node_gpus():  # each task of a node gets its share of the node's GPUs
             return resolver(port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True)
         # CPU nodes: the resolver pairs each task of a node with GPU ids (none here failed it
-        # with "range() arg 3 must not be zero", or nvidia-smi missing): nominal ids, not set.
-        return resolver(
+        # with "range() arg 3 must not be zero", or nvidia-smi missing): nominal ids, not set,
+        # and no accelerator reported to the strategy.
+        return _CpuSlurmResolver(
             port_base=slurm_port, gpus_per_node=4096, gpus_per_task=1, auto_set_gpu=False
         )
     raise ValueError(f"unknown make_strategy.cluster {cluster!r}; valid: tf_config, slurm")
 
 
+class _CpuSlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
+    """A Slurm job step's cluster on nodes without GPUs: the strategy places its replicas on the
+    CPU (the base class reports the nominal GPU each task was paired with)."""
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        return {}
+
+
 def node_gpus() -> int:
     """The NVIDIA GPUs this process may use: those `CUDA_VISIBLE_DEVICES` names where it is set
-    (empty: none), else those `nvidia-smi` lists (0 without it)."""
+    (empty or -1: none), else those `nvidia-smi` lists (0 without it)."""
     import shutil
     import subprocess
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([name for name in visible.split(",") if name.strip()])
+        names = [name.strip() for name in visible.split(",")]
+        return len([name for name in names if name and not name.startswith("-")])
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
