@@ -537,12 +537,10 @@ def _draw_reference(axis, held: list[dict]) -> None:
         axis.plot(x[cut] / 1e6, mean[cut], "--", color=color, label=f"{names} ref.")
         axis.fill_between(x[cut] / 1e6, low[cut], high[cut], color=color, alpha=0.08)
         return
-    for entry in held:  # a point at each entry's frames (the same where they agree)
-        point = entry["reference"]
-        frames = point.get("frames") or entry["frames"]
-        error = [[point["mean"] - point["low"]], [point["high"] - point["mean"]]]
-        axis.errorbar(frames / 1e6, point["mean"], yerr=error, fmt="*", color=color,
-                      markersize=12, label=f"{names} ref." if entry is held[0] else None)  # fmt: skip
+    frames = reference.get("frames") or held[0]["frames"]  # a point: the same figure for all
+    error = [[reference["mean"] - reference["low"]], [reference["high"] - reference["mean"]]]
+    axis.errorbar(frames / 1e6, reference["mean"], yerr=error, fmt="*", color=color,
+                  markersize=12, label=f"{names} ref.")  # fmt: skip
 
 
 def table(entries: list[dict]) -> str:
