@@ -21,6 +21,9 @@ class Team:
     def agent_steps(self, base_steps, local_steps):
         return base_steps + local_steps
 
+    def tell(self, log, line):
+        log.message(line)
+
 
 def make_loop(tmp_path, total=1000, log_every=300, save_every=500, counters=None, **options):
     counters = counters or checkpoint.Counters()

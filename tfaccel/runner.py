@@ -361,9 +361,10 @@ class Loop:
                 f"{self.settings.max_wall_seconds:g})",
                 "another process": "with another process of the run",
             }.get(stopped_by, f"by {stopped_by}")
-            self.log.message(
+            self._team.tell(
+                self.log,
                 f"stopped {cause} at {self.frames:,} frames; checkpoint saved: run the same "
-                "command to resume"
+                "command to resume",
             )
         return {
             "env_frames": self.frames,

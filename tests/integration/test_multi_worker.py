@@ -17,6 +17,14 @@ def start_workers(root_dir, config, *bindings):
     return start_cluster(root_dir, [config, "smoke.gin", "distribute/multi_worker.gin"], bindings)
 
 
+def wait_until_both_train(root_dir, workers):
+    """Returns once worker 1 logged its first row (both workers are past the join)."""
+    deadline = time.time() + 240
+    while not (root_dir / "worker-1" / "metrics.csv").exists():
+        assert time.time() < deadline and workers[0].poll() is None, workers[0].stderr.read()
+        time.sleep(0.5)
+
+
 def trained_values(checkpoint_dir):
     reader = tf.train.load_checkpoint(checkpoint_dir)
     names = sorted(
@@ -56,10 +64,7 @@ def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
         # no checkpoint before the kill, however fast the first updates run
         "RunConfig.checkpoint_interval_frames = 10_000_000",
     )
-    deadline = time.time() + 240
-    while not (tmp_path / "worker-1" / "metrics.csv").exists():  # both are training
-        assert time.time() < deadline and workers[0].poll() is None, workers[0].stderr.read()
-        time.sleep(0.5)
+    wait_until_both_train(tmp_path, workers)
     envs = descendants(workers[0].pid)  # the forkserver, and below it the env workers
     assert len(envs) >= 2
     workers[1].send_signal(signal.SIGKILL)
@@ -76,6 +81,27 @@ def test_a_dead_worker_ends_the_other_with_one_line(tmp_path):
         time.sleep(0.2)
     alive = [pid for pid in envs if os.path.exists(f"/proc/{pid}")]
     assert not alive, f"processes left behind: {alive}"
+
+
+def test_a_worker_stopped_by_sigterm_says_so_and_the_chief_stops_with_it(tmp_path):
+    """The worker's own console shows why it ended (its log is not shown), with exit status 143;
+    the chief ends with it, says so, saves, and exits 0."""
+    workers = start_workers(
+        tmp_path,
+        "a2c.gin",
+        "RunConfig.total_frames = 10_000_000",
+        "RunConfig.log_interval_frames = 400",
+    )
+    wait_until_both_train(tmp_path, workers)
+    workers[1].send_signal(signal.SIGTERM)
+    (chief_out, chief_err), (_, worker_err) = [
+        worker.communicate(timeout=120) for worker in workers
+    ]
+    assert workers[1].returncode == 143, worker_err[-3000:]
+    assert "worker 1: stopped by SIGTERM at " in worker_err, worker_err[-3000:]
+    assert workers[0].returncode == 0, chief_err[-3000:]
+    assert "stopped with another process of the run" in chief_out and "worker 1:" not in chief_err
+    assert (tmp_path / "checkpoints" / "checkpoint").exists()
 
 
 def test_a_worker_whose_port_is_taken_says_so_in_one_line(tmp_path):

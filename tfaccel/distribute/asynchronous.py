@@ -158,6 +158,11 @@ class AsyncTeam:
             self.store.request_stop()
         return bool(flag) or self.store.stop_requested
 
+    def tell(self, log, line: str) -> None:
+        """Writes `line` (why the run stopped) to this learner's log; the launcher speaks for
+        the learners on the console."""
+        log.message(line)
+
     def close(self) -> None:
         """Unmaps the store (the launcher removes it)."""
         if self.store is not None:

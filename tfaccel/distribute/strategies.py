@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import threading
 
 import gin
@@ -379,3 +380,11 @@ class SyncTeam:
     def stop(self, flag: bool) -> bool:
         """True on every worker once any worker's `flag` is True."""
         return self._vote(flag)
+
+    def tell(self, log, line: str) -> None:
+        """Writes `line` (why the run stopped) to this worker's log. A worker other than the
+        chief, whose log the console does not show, also prints it on stderr with its index:
+        the user of its own command learns why it ended (and its exit status)."""
+        log.message(line)
+        if not self.chief:
+            print(f"worker {self.index}: {line}", file=sys.stderr, flush=True)
