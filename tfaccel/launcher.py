@@ -231,9 +231,11 @@ def _supervise(processes, strategy, store_args, sync_period_seconds):
         return _wait_in_rounds(processes, sync, store, sync_period_seconds), sync
     except Exception:  # a machine died (a collective failed): stop ours, say so
         store.request_stop()  # as another learner stops them: not "stopped by SIGTERM"
+        store.set_final()  # no last round comes: they save what their store holds
         _stop_all(processes, asked=True)
         raise
     except BaseException:
+        store.set_final()
         _stop_all(processes)
         raise
     finally:
@@ -299,8 +301,10 @@ def _attach_when_ready(name: str, chunks: int, processes) -> ParameterStore | No
 
 def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | None:
     """`_wait` for a machine of several: a round with the other machines every `period` s until
-    one of them stops (the total reached, a signal, a failed learner); then this machine's
-    learners finish and a last round takes in their final progress."""
+    one of them stops (the total reached, a signal, a failed learner). Then this machine's
+    learners push their last change and wait (`AsyncTeam.before_save`); a last round takes in
+    every machine's, and the learners save its parameters: the same on every machine, which a
+    rerun of the finished run starts from and leaves as they are."""
     failed, alive = None, dict(enumerate(processes))
     next_round = time.monotonic()
     while True:
@@ -314,13 +318,33 @@ def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | 
             stopping = failed is not None or store.stop_requested or not alive
             if sync.round(stopping):
                 break
+    # The round stopped the learners through the store's flag (a failed learner's too).
+    late = _await_settled(alive, store, _SETTLE_SECONDS)
+    failed = failed or late
+    try:
+        sync.round(True, last=True)  # every machine's last progress
+    finally:
+        store.set_final()  # the learners save now
     if failed is not None:
-        _stop_all(alive.values())
-    for process in alive.values():  # they stop on the store's flag and save a checkpoint
+        _stop_all(alive.values(), asked=True)
+    for process in alive.values():
         process.join()
         if process.exitcode != 0 and failed is None:
             failed = (processes.index(process), process.exitcode)
-    sync.round(True)  # every machine's last progress
+    return failed
+
+
+_SETTLE_SECONDS = 30.0  # under the launchers' collective timeout (make_strategy's, 120 s)
+
+
+def _await_settled(alive: dict, store, seconds: float) -> tuple[int, int] | None:
+    """Waits up to `seconds` until every learner still running pushed its last change; returns
+    the first that failed meanwhile (see `_reap`). One still busy after that (a long
+    evaluation) pushes its change after the last round, into its own machine's store only."""
+    failed, deadline = None, time.monotonic() + seconds
+    while alive and store.settled < len(alive) and time.monotonic() < deadline:
+        ready = connection.wait([process.sentinel for process in alive.values()], 0.05)
+        failed = failed or _reap(alive, ready)
     return failed
 
 

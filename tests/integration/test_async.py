@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -93,10 +94,9 @@ def start_machines(root_dir, *bindings):
     return start_cluster(root_dir, files, ["train_async.learners = 1", *bindings])
 
 
-def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
-    machines = start_machines(
-        tmp_path, "RunConfig.total_frames = 8_000", "train.decay_learning_rate = True"
-    )
+def run_machines(root_dir, *bindings) -> str:
+    """Runs two machines to their end; returns the parameters' digest both report."""
+    machines = start_machines(root_dir, *bindings)
     outputs = [machine.communicate(timeout=300) for machine in machines]
     for machine, (_, err) in zip(machines, outputs, strict=True):
         assert machine.returncode == 0, err[-3000:]
@@ -106,6 +106,22 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
     assert all(lines), outputs[0][0][-2000:]
     assert lines[0].group(2) == lines[1].group(2)  # the same parameters on both machines
     assert int(lines[0].group(1)) >= 2
+    assert not shm.left_by(*[machine.pid for machine in machines])
+    return lines[0].group(2)
+
+
+def network_values(checkpoints) -> dict:
+    reader = tf.train.load_checkpoint(str(checkpoints))
+    return {
+        name: reader.get_tensor(name)
+        for name, _ in tf.train.list_variables(str(checkpoints))
+        if name.startswith("network/")
+    }
+
+
+def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
+    bindings = ("RunConfig.total_frames = 8_000", "train.decay_learning_rate = True")
+    digest = run_machines(tmp_path, *bindings)
     # The decay spans the updates of both machines' learners: 8,000 frames / (2 learners x 4 envs
     # of a group x 5 steps) = 200 updates each (counting one machine's, 400). The split of the
     # frames between the machines depends on the load, so each learner's last rate is checked
@@ -124,7 +140,45 @@ def test_two_machines_average_their_stores_and_share_the_frames(tmp_path):
             taken,
             table[-1],
         )
-    assert not shm.left_by(*[machine.pid for machine in machines])
+    # Both machines saved the last round's parameters (each had its own progress since the
+    # round before), so the same command on the finished run leaves them as they are.
+    chief, other = (
+        network_values(path / "checkpoints") for path in (tmp_path, tmp_path / "machine-1")
+    )
+    assert chief.keys() == other.keys() and len(chief) > 2
+    for name, value in chief.items():
+        np.testing.assert_array_equal(value, other[name], err_msg=name)
+    assert run_machines(tmp_path, *bindings) == digest
+
+
+def test_a_killed_learner_of_one_machine_ends_both_machines_saved(tmp_path):
+    """Its launcher names it; the other learners stop through the stores, take the last round
+    and save (none is SIGTERMed, none waits for a round that never comes); the other machine
+    stops with the run."""
+    machines = start_machines(
+        tmp_path, "RunConfig.total_frames = 10_000_000", "train_async.learners = 2"
+    )
+    lock, deadline = tmp_path / "machine-1" / "learner-1" / ".lock", time.time() + 240
+    while not (
+        holder := re.search(r"its learner pid (\d+)", lock.read_text() if lock.exists() else "")
+    ):
+        assert time.time() < deadline and machines[0].poll() is None, machines[0].stderr.read()
+        time.sleep(0.5)
+    while not (tmp_path / "machine-1" / "learner-1" / "metrics.csv").exists():  # it trains
+        assert time.time() < deadline, machines[1].stderr.read()
+        time.sleep(0.5)
+    os.kill(int(holder.group(1)), signal.SIGKILL)
+    started = time.time()
+    (out, err), (out_1, err_1) = [machine.communicate(timeout=180) for machine in machines]
+    assert time.time() - started < 60  # no learner waited out a grace period
+    assert machines[1].returncode == 1 and err_1.strip().splitlines()[-1].startswith(
+        "error: learner 1 of the asynchronous run failed: killed by SIGKILL"
+    ), err_1[-2000:]
+    assert "stopped with another process of the run" in out_1 and "SIGTERM" not in out_1
+    assert machines[0].returncode == 0, err[-2000:]
+    assert "stopped with another process of the run" in out and "machine sync:" in out
+    for run_dir in (tmp_path, tmp_path / "learner-1", tmp_path / "machine-1"):
+        assert (run_dir / "checkpoints" / "checkpoint").exists(), run_dir
 
 
 def test_a_dead_machine_stops_the_other_with_one_line_and_no_learner_left(tmp_path):

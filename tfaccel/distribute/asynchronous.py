@@ -102,6 +102,7 @@ class AsyncTeam:
     ):  # fmt: skip
         self.index, self.size, self.chief, self.machine = index, size, index == 0, machine
         self.learners = size * machines  # of the whole run: they share its frames
+        self._machines, self._stopping = machines, False
         self.operative_config = operative_config  # the launcher's settings, for the run dir
         self._steps_per_push, self._store_name, self._chunks = steps_per_push, store_name, chunks
         self.store, self._reported = None, 0
@@ -138,8 +139,16 @@ class AsyncTeam:
 
     def before_save(self, agent: StoreSync) -> None:
         """The checkpoint and the export hold the store's parameters (this learner's pending
-        change pushed first), not this learner's copy of them."""
+        change pushed first), not this learner's copy of them. The last save of a run over
+        several machines waits for the machines' last round (`launcher._wait_in_rounds`): every
+        machine saves the same parameters then, those the launchers report as the run's."""
         agent.flush()
+        if self._machines > 1 and self._stopping:
+            self._stopping = False  # once: a later save (none is due) would not wait again
+            self.store.settle()
+            while not (self.store.final or ORPHANED.is_set()):
+                time.sleep(0.05)
+            agent.pull()
 
     def after_restore(self, agent: StoreSync) -> None:
         """The store takes the weights this learner restored (its last checkpoint, saved from
@@ -156,7 +165,8 @@ class AsyncTeam:
         """True once this learner or any other asked to stop (`flag` asks)."""
         if flag:
             self.store.request_stop()
-        return bool(flag) or self.store.stop_requested
+        self._stopping = bool(flag) or self.store.stop_requested
+        return self._stopping
 
     def tell(self, log, line: str) -> None:
         """Writes `line` (why the run stopped) to this learner's log; the launcher speaks for

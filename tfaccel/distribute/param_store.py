@@ -109,16 +109,18 @@ class ParameterStore:
     knows the store's name and size attaches without a handle passed at its start. The creator
     `close(unlink=True)`s it at the end.
 
-    Beside the parameters the segment holds four shared counters, read and written under the
-    first chunk's lock: pushes applied, agent steps taken by all learners, a stop request, and
-    the agent steps of other machines (an asynchronous run over several machines).
+    Beside the parameters the segment holds six shared counters, read and written under the
+    first chunk's lock: pushes applied, agent steps taken by all learners, a stop request, and,
+    for an asynchronous run over several machines, the agent steps of other machines, the
+    learners that pushed their last change, and whether the machines' last round is in.
 
     Attributes:
         size: number of parameters.
         bounds: [(start, stop)] of each chunk.
     """
 
-    _PUSHES, _STEPS, _STOP, _REMOTE_STEPS = range(4)
+    _PUSHES, _STEPS, _STOP, _REMOTE_STEPS, _SETTLED, _FINAL = range(6)
+    _HEADER = 8 * 6  # bytes of the counters, before the parameters
     lock_timeout = 60.0  # seconds (see `_held`)
 
     def __init__(self, path: str, block, size: int, locks: ChunkLocks, owner: bool):
@@ -130,8 +132,8 @@ class ParameterStore:
             owner,
         )
         self.bounds = _chunk_bounds(size, locks.count)
-        self._header = np.ndarray((4,), np.int64, buffer=block, offset=0)
-        self._params = np.ndarray((size,), np.float32, buffer=block, offset=32)
+        self._header = np.ndarray((6,), np.int64, buffer=block, offset=0)
+        self._params = np.ndarray((size,), np.float32, buffer=block, offset=self._HEADER)
 
     @classmethod
     def create(cls, size: int, chunks: int = 16, name: str | None = None) -> ParameterStore:
@@ -140,7 +142,7 @@ class ParameterStore:
         if size <= 0:
             raise ValueError(f"a parameter store needs at least one parameter, got {size}")
         path = os.path.join(SHM_DIR, name or f"tfaccel-ps-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        block = map_shared(path, 32 + 4 * size, create=True)
+        block = map_shared(path, cls._HEADER + 4 * size, create=True)
         store = cls(path, block, size, ChunkLocks(path, max(1, min(int(chunks), size))), True)
         store._header[:] = 0
         store._params[:] = 0.0
@@ -175,13 +177,14 @@ class ParameterStore:
         name, size, chunks = handle
         path = os.path.join(SHM_DIR, name)
         if size is None:
-            size = (os.path.getsize(path) - 32) // 4
-        if os.path.getsize(path) < 32 + 4 * size:
+            size = (os.path.getsize(path) - cls._HEADER) // 4
+        if os.path.getsize(path) < cls._HEADER + 4 * size:
             raise ValueError(f"store {path} holds fewer than {size} parameters")
         # Mapped through the locks' descriptor: opening and closing another one would drop the
         # locks this process holds on the file (another store of it here, in another thread).
         locks = ChunkLocks(path, max(1, min(int(chunks), size)))
-        return cls(path, mmap.mmap(locks.fileno(), 32 + 4 * size), size, locks, owner=False)
+        block = mmap.mmap(locks.fileno(), cls._HEADER + 4 * size)
+        return cls(path, block, size, locks, owner=False)
 
     def _counter(self, slot: int, add: int = 0) -> int:
         with self._held(0):
@@ -225,6 +228,24 @@ class ParameterStore:
     def stop_requested(self) -> bool:
         """Whether any learner (or the machine sync) asked to stop."""
         return self._counter(self._STOP) > 0
+
+    def settle(self) -> None:
+        """Counts a learner that pushed its last change (it waits for `final` to save)."""
+        self._counter(self._SETTLED, 1)
+
+    @property
+    def settled(self) -> int:
+        """Learners that pushed their last change."""
+        return self._counter(self._SETTLED)
+
+    def set_final(self) -> None:
+        """Marks the machines' last round as in the store (or given up): the learners save."""
+        self._counter(self._FINAL, 1)
+
+    @property
+    def final(self) -> bool:
+        """Whether the machines' last round is in the store (`set_final`)."""
+        return self._counter(self._FINAL) > 0
 
     def set(self, values: np.ndarray) -> None:
         """Overwrites the parameters (initialization and restore), chunk by chunk under locks."""
