@@ -40,7 +40,7 @@ def collective_strategy() -> tf.distribute.Strategy:
     """The launchers' `MultiWorkerMirroredStrategy` (gin's `make_strategy` settings for the
     cluster and the timeout), on the CPU: this process only moves parameters."""
     tf.config.set_visible_devices([], "GPU")
-    return strategies.make_strategy(kind="multi_worker")
+    return strategies.make_strategy(kind="multi_worker", cpu_only=True)
 
 
 class MachineSync:

@@ -31,13 +31,14 @@ import tensorflow as tf
 KINDS = ("default", "mirrored", "multi_worker")
 
 
-@gin.configurable(module="tfaccel")
+@gin.configurable(module="tfaccel", denylist=["cpu_only"])
 def make_strategy(
     kind: str = "default",
     logical_cpus: int = 0,
     timeout_seconds: float = 300.0,
     cluster: str = "tf_config",
     slurm_port: int = 8888,
+    cpu_only: bool = False,
 ) -> tf.distribute.Strategy:
     """Builds the strategy; see the module docstring.
 
@@ -50,6 +51,8 @@ def make_strategy(
             variable) or `slurm` (the Slurm job's tasks, one worker per task, through
             `SlurmClusterResolver`).
         slurm_port: with `slurm`: the port each worker listens on.
+        cpu_only: multi_worker: the process computes on its CPU whatever GPUs its node has
+            (an asynchronous run's launchers, whose learners take the GPUs).
 
     Raises:
         ValueError: an unknown kind, a malformed `TF_CONFIG`, or logical devices asked for
@@ -60,7 +63,7 @@ def make_strategy(
     if logical_cpus > 1:
         split_cpu(logical_cpus)
     if kind == "multi_worker":  # before anything initializes TensorFlow's devices
-        resolver = _cluster_resolver(cluster, slurm_port)
+        resolver = _cluster_resolver(cluster, slurm_port, cpu_only)
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
         with _signal_handlers_kept():
             try:
@@ -104,7 +107,7 @@ def _signal_handlers_kept():
                 signal.signal(sig, handler)
 
 
-def _cluster_resolver(cluster: str, slurm_port: int):
+def _cluster_resolver(cluster: str, slurm_port: int, cpu_only: bool = False):
     if cluster == "tf_config":
         check_tf_config(os.environ.get("TF_CONFIG", ""))
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -118,11 +121,12 @@ def _cluster_resolver(cluster: str, slurm_port: int):
                 "not set): start the workers with srun"
             )
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver
-        if gpus := node_gpus():  # each task of a node gets its share of the node's GPUs
+        if not cpu_only and (gpus := node_gpus()):  # each task gets its share of the GPUs
             return resolver(port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True)
-        # CPU nodes: the resolver pairs each task of a node with GPU ids (none here failed it
-        # with "range() arg 3 must not be zero", or nvidia-smi missing): nominal ids, not set,
-        # and no accelerator reported to the strategy.
+        # CPU nodes, or a process that leaves the GPUs to others: the resolver pairs each task
+        # of a node with GPU ids (none here failed it with "range() arg 3 must not be zero", or
+        # nvidia-smi missing): nominal ids, not set, and no accelerator reported to the strategy
+        # (which would place its replicas on them).
         return _CpuSlurmResolver(
             port_base=slurm_port, gpus_per_node=4096, gpus_per_task=1, auto_set_gpu=False
         )
