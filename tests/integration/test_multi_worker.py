@@ -104,6 +104,46 @@ def test_a_worker_stopped_by_sigterm_says_so_and_the_chief_stops_with_it(tmp_pat
     assert (tmp_path / "checkpoints" / "checkpoint").exists()
 
 
+def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path):
+    """Worker 0 of two, whose peer never starts, waits at TensorFlow's join; Ctrl-C there did
+    nothing (the wait holds the interpreter). It now ends at once, as Ctrl-C ends a program."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tests.integration.test_train import ROOT
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    worker = subprocess.Popen(
+        [sys.executable, "bin/train", f"--root_dir={tmp_path / 'run'}",
+         "--gin_file=catch_a2c.gin", "--gin_file=distribute/multi_worker.gin"],
+        cwd=ROOT, env={**os.environ, "TF_CONFIG": config}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while True:  # its server listens: it is at the join, or just before it
+            assert worker.poll() is None and time.time() < deadline
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", ports[0])) == 0:
+                    break
+            time.sleep(0.5)
+        time.sleep(3)  # well inside the wait
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=20) == -signal.SIGINT  # a shell shows 130
+    finally:
+        worker.kill()
+        worker.wait()
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_worker_whose_port_is_taken_says_so_in_one_line(tmp_path):
     """It was TensorFlow's 57-line traceback, 'Could not start gRPC server', naming no port."""
     import json

@@ -96,9 +96,16 @@ def _signal_handlers_kept():
     the run started up was then lost, the run trained on, and the scheduler's SIGKILL came later
     with nothing saved. With the handlers put back, such a signal stops the run as it stops a
     run of one machine.
+
+    Inside the block SIGINT takes its default action: the process ends at once, with the
+    status 130 a shell shows for Ctrl-C. The block waits for every worker of the cluster to
+    start, and that wait holds the interpreter (a handler of Python's would run only after
+    it); nothing of the run exists yet, so nothing is lost. (SIGTERM stays TensorFlow's there.)
     """
     main = threading.current_thread() is threading.main_thread()  # where handlers can be set
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if main and before[signal.SIGINT] is not None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         yield
     finally:
