@@ -150,6 +150,8 @@ def train_async(
     name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     with console.stderr_silenced():  # TensorFlow's CUDA probe prints its failure on a CPU host
         gpus = len(tf.config.list_physical_devices("GPU"))
+    if strategy is not None:  # on Slurm its resolver named the task's share after TF counted
+        gpus = min(gpus, strategies.node_gpus())
     # Measured once here, so that the learners choose one precision alike (`set_precision`).
     measured = networks.speedup_for_children(gpus)
     environments = [
@@ -319,7 +321,7 @@ def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | 
             if sync.round(stopping):
                 break
     # The round stopped the learners through the store's flag (a failed learner's too).
-    late = _await_settled(alive, store, _SETTLE_SECONDS)
+    late = _await_settled(alive, store, settle_seconds())
     failed = failed or late
     try:
         sync.round(True, last=True)  # every machine's last progress
@@ -334,7 +336,10 @@ def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | 
     return failed
 
 
-_SETTLE_SECONDS = 30.0  # under the launchers' collective timeout (make_strategy's, 120 s)
+def settle_seconds() -> float:
+    """How long a launcher waits for its learners' last changes before the last round: well
+    under the collective's timeout, which the other machines' launchers wait in meanwhile."""
+    return min(30.0, strategies.collective_timeout() / 4)
 
 
 def _await_settled(alive: dict, store, seconds: float) -> tuple[int, int] | None:

@@ -62,3 +62,55 @@ def test_a_learners_failing_env_is_to_be_fixed_before_the_same_command_resumes()
     with pytest.raises(launcher.LearnerFailed, match=r"checkpoint first\): fix the env, then the "
                        r"same command resumes"):  # fmt: skip
         launcher._outcome(types.SimpleNamespace(signal_name=None), (1, 1), {1: report}, None)
+
+
+class Flushed:
+    """A learner's StoreSync as `AsyncTeam.before_save` uses it."""
+
+    def __init__(self):
+        self.flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+
+
+def test_a_stopped_learner_of_several_machines_settles_once_then_waits_for_the_last_round(
+    monkeypatch,
+):
+    """It tells the launcher its last change is in (once, at its first save after the stop),
+    saves without waiting, then waits for the last round: True when the round came, False
+    when it is overdue or the launcher is gone (the checkpoint saved stays)."""
+    import threading
+
+    from tfaccel.distribute import asynchronous, strategies
+    from tfaccel.distribute.param_store import ParameterStore
+
+    team = asynchronous.AsyncTeam(0, 1, 1, "unused", 1, machines=2)
+    team.store = store = ParameterStore.create(4)
+    try:
+        agent = Flushed()
+        team.before_save(agent)  # a periodic save: nothing to tell
+        assert store.settled == 0 and not team.last_round()
+        assert team.stop(True)
+        team.before_save(agent)
+        team.before_save(agent)
+        assert store.settled == 1 and agent.flushes == 3
+        threading.Timer(0.3, store.set_final).start()
+        assert team.last_round()  # the learner saves again
+        assert not team.last_round()  # once
+        # Overdue: the launcher's round never came within four collective timeouts.
+        team = asynchronous.AsyncTeam(0, 1, 1, "unused", 1, machines=2)
+        team.store = late = ParameterStore.create(4)
+        monkeypatch.setattr(strategies, "collective_timeout", lambda: 0.1)
+        team.stop(True)
+        team.before_save(agent)
+        assert not team.last_round() and late.settled == 1
+        late.close(unlink=True)
+        # One machine: nothing to tell, nothing to wait for.
+        alone = asynchronous.AsyncTeam(0, 1, 1, "unused", 1)
+        alone.store = store
+        alone.stop(True)
+        alone.before_save(agent)
+        assert store.settled == 1 and not alone.last_round()
+    finally:
+        store.close(unlink=True)

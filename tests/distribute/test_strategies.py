@@ -217,12 +217,16 @@ def test_a_slurm_step_on_cpu_nodes_or_gpu_nodes_gives_every_task_its_place(
     # CPU nodes: no GPU named or reported; GPU nodes: the second task of node1 takes its second
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == ("1" if gpus else visible)
     assert resolver.num_accelerators() == ({"GPU": 1} if gpus else {})
-    # An asynchronous run's launcher leaves the GPUs to its learners: none set, none reported.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible or "")
+    # An asynchronous run's launcher computes on the CPU and leaves the task's share of the GPUs
+    # to its learners: named for them, none reported to its strategy.
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     launcher_side = strategies._cluster_resolver("slurm", 8888, cpu_only=True)
-    assert os.environ.get("CUDA_VISIBLE_DEVICES") == (visible or "")
-    assert launcher_side.num_accelerators() == {}
     assert launcher_side.cluster_spec().as_dict() == resolver.cluster_spec().as_dict()
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == ("1" if gpus else visible)
+    assert launcher_side.num_accelerators() == {}
 
 
 def test_sigterm_after_the_multi_worker_strategy_is_made_still_ends_the_process():

@@ -104,9 +104,11 @@ def test_a_worker_stopped_by_sigterm_says_so_and_the_chief_stops_with_it(tmp_pat
     assert (tmp_path / "checkpoints" / "checkpoint").exists()
 
 
-def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path):
+@pytest.mark.parametrize("ignored", [False, True], ids=["sigint", "sigint_ignored"])
+def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path, ignored):
     """Worker 0 of two, whose peer never starts, waits at TensorFlow's join; Ctrl-C there did
-    nothing (the wait holds the interpreter). It now ends at once, as Ctrl-C ends a program."""
+    nothing (the wait holds the interpreter). It now ends at once, as Ctrl-C ends a program;
+    a worker started with SIGINT ignored (`cmd &` in a script) keeps ignoring it."""
     import json
     import socket
     import subprocess
@@ -126,6 +128,7 @@ def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path):
          "--gin_file=catch_a2c.gin", "--gin_file=distribute/multi_worker.gin"],
         cwd=ROOT, env={**os.environ, "TF_CONFIG": config}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
     )  # fmt: skip
     try:
         deadline = time.time() + 120
@@ -137,7 +140,11 @@ def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path):
             time.sleep(0.5)
         time.sleep(3)  # well inside the wait
         worker.send_signal(signal.SIGINT)
-        assert worker.wait(timeout=20) == -signal.SIGINT  # a shell shows 130
+        if ignored:
+            with pytest.raises(subprocess.TimeoutExpired):
+                worker.wait(timeout=5)
+        else:
+            assert worker.wait(timeout=20) == -signal.SIGINT  # a shell shows 130
     finally:
         worker.kill()
         worker.wait()

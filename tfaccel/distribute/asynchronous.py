@@ -21,6 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.distribute import strategies
 from tfaccel.distribute.param_store import ParameterStore
 from tfaccel.guards import StopRequest
 
@@ -102,7 +103,7 @@ class AsyncTeam:
     ):  # fmt: skip
         self.index, self.size, self.chief, self.machine = index, size, index == 0, machine
         self.learners = size * machines  # of the whole run: they share its frames
-        self._machines, self._stopping = machines, False
+        self._machines, self._stopping, self._settled = machines, False, False
         self.operative_config = operative_config  # the launcher's settings, for the run dir
         self._steps_per_push, self._store_name, self._chunks = steps_per_push, store_name, chunks
         self.store, self._reported = None, 0
@@ -139,16 +140,28 @@ class AsyncTeam:
 
     def before_save(self, agent: StoreSync) -> None:
         """The checkpoint and the export hold the store's parameters (this learner's pending
-        change pushed first), not this learner's copy of them. The last save of a run over
-        several machines waits for the machines' last round (`launcher._wait_in_rounds`): every
-        machine saves the same parameters then, those the launchers report as the run's."""
+        change pushed first), not this learner's copy of them. At the stop of a run over
+        several machines, the launcher learns that this learner's last change is in the store
+        (`launcher._wait_in_rounds`, `last_round`)."""
         agent.flush()
-        if self._machines > 1 and self._stopping:
-            self._stopping = False  # once: a later save (none is due) would not wait again
+        if self._machines > 1 and self._stopping and not self._settled:
+            self._settled = True
             self.store.settle()
-            while not (self.store.final or ORPHANED.is_set()):
-                time.sleep(0.05)
-            agent.pull()
+
+    def last_round(self) -> bool:
+        """After the stop's checkpoint of a run over several machines: waits for the machines'
+        last round, bounded (the launcher gone, or its round overdue: the checkpoint saved
+        stays); True when it came, and the learner saves again (every machine the same
+        parameters, those the launchers report as the run's)."""
+        if not self._settled:
+            return False
+        self._settled = False
+        deadline = time.monotonic() + 4 * strategies.collective_timeout()
+        while not self.store.final:
+            if ORPHANED.is_set() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def after_restore(self, agent: StoreSync) -> None:
         """The store takes the weights this learner restored (its last checkpoint, saved from

@@ -6,7 +6,7 @@ around its own parameter store), and its launcher process joins the other machin
 in a `MultiWorkerMirroredStrategy` (the cluster of `TF_CONFIG` or Slurm, CPU only: the GPUs are
 the learners'). Learners never wait for other machines; only the launchers do, in rounds:
 
-    round 0:  every store starts from machine 0's parameters (theta_last := theta_0, set)
+    round 0:  every store starts from machine 0's parameters (theta_last := theta_0)
     round r:  delta_m = pull(store_m) - theta_last           (machine m's progress since r-1)
               theta = theta_last + mean_m(delta_m)           (one all-reduce of the deltas)
               push(store_m, theta - pull)                     (an addition: the learners' pushes
@@ -14,8 +14,9 @@ the learners'). Learners never wait for other machines; only the launchers do, i
 
 so every `period_seconds` the machines average what their learners did, like the gradient
 average of a synchronous step, but over all the asynchronous steps since the last round. The last
-round, when the learners have pushed their last change, sets theta in every store (rather than
-adding to it, which rounds differently on each machine): every machine saves the same parameters.
+round, once the learners have pushed their last change and saved, sets theta in every store
+(rather than adding to it, which rounds differently on each machine), and the learners save
+again: every machine ends with the same parameters.
 
 Agent steps: each round also sums the steps every machine's learners took, and tells each store
 the other machines' share, so learners log and stop on the frames of the whole run. A stop (the
@@ -63,7 +64,7 @@ class MachineSync:
 
     def round(self, stop: bool, last: bool = False) -> bool:
         """One round; returns True when any machine asked to stop (then all do). The `last`
-        round (every machine's learners stopped) and the first set the store to theta."""
+        round (every machine's learners stopped) sets the store to theta."""
         now = self._store.pull()
         steps = self._store.steps
         if self._last is None:
@@ -79,7 +80,7 @@ class MachineSync:
             summed, done, votes = self._sum(delta, progress, np.float32(stop))
             theta = self._last + summed / np.float32(self.machines)
             total = self._start_steps + int(done)
-        if last or self._last is None:
+        if last:
             self._store.set(theta)
         else:  # learners push meanwhile: an addition keeps their changes
             self._store.push(theta - now)

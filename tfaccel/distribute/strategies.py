@@ -18,6 +18,7 @@ the gradient of the mean over the whole batch.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -52,7 +53,8 @@ def make_strategy(
             `SlurmClusterResolver`).
         slurm_port: with `slurm`: the port each worker listens on.
         cpu_only: multi_worker: the process computes on its CPU whatever GPUs its node has
-            (an asynchronous run's launchers, whose learners take the GPUs).
+            (an asynchronous run's launchers, whose learners take the GPUs: on Slurm,
+            `CUDA_VISIBLE_DEVICES` names the task's share for them).
 
     Raises:
         ValueError: an unknown kind, a malformed `TF_CONFIG`, or logical devices asked for
@@ -104,7 +106,7 @@ def _signal_handlers_kept():
     """
     main = threading.current_thread() is threading.main_thread()  # where handlers can be set
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    if main and before[signal.SIGINT] is not None:
+    if main and before[signal.SIGINT] not in (None, signal.SIG_IGN):  # ignored stays ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         yield
@@ -128,12 +130,15 @@ def _cluster_resolver(cluster: str, slurm_port: int, cpu_only: bool = False):
                 "not set): start the workers with srun"
             )
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver
-        if not cpu_only and (gpus := node_gpus()):  # each task gets its share of the GPUs
+        if gpus := node_gpus():  # each task gets its share of the node's GPUs
+            if cpu_only:  # for the processes it starts; its own replica stays on the CPU
+                return _CpuSlurmResolver(
+                    port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True
+                )
             return resolver(port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True)
-        # CPU nodes, or a process that leaves the GPUs to others: the resolver pairs each task
-        # of a node with GPU ids (none here failed it with "range() arg 3 must not be zero", or
-        # nvidia-smi missing): nominal ids, not set, and no accelerator reported to the strategy
-        # (which would place its replicas on them).
+        # CPU nodes: the resolver pairs each task of a node with GPU ids (none here failed it
+        # with "range() arg 3 must not be zero", or nvidia-smi missing): nominal ids, not set,
+        # and no accelerator reported to the strategy.
         return _CpuSlurmResolver(
             port_base=slurm_port, gpus_per_node=4096, gpus_per_task=1, auto_set_gpu=False
         )
@@ -141,11 +146,19 @@ def _cluster_resolver(cluster: str, slurm_port: int, cpu_only: bool = False):
 
 
 class _CpuSlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-    """A Slurm job step's cluster on nodes without GPUs: the strategy places its replicas on the
-    CPU (the base class reports the nominal GPU each task was paired with)."""
+    """A Slurm job step's cluster whose strategy places its replicas on the CPU: nodes without
+    GPUs (the base class would report the nominal GPU each task was paired with), or a process
+    that leaves its share of the GPUs to the processes it starts."""
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
         return {}
+
+
+def collective_timeout() -> float:
+    """`make_strategy.timeout_seconds` as the run's gin config sets it (else its default)."""
+    with contextlib.suppress(ValueError):  # no binding
+        return float(gin.query_parameter("tfaccel.make_strategy.timeout_seconds"))
+    return float(inspect.signature(make_strategy).parameters["timeout_seconds"].default)
 
 
 def node_gpus() -> int:
@@ -391,6 +404,10 @@ class SyncTeam:
     def stop(self, flag: bool) -> bool:
         """True on every worker once any worker's `flag` is True."""
         return self._vote(flag)
+
+    def last_round(self) -> bool:
+        """Nothing to wait for after the stop's checkpoint: the workers hold the same weights."""
+        return False
 
     def tell(self, log, line: str) -> None:
         """Writes `line` (why the run stopped) to this worker's log. A worker other than the
