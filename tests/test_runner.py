@@ -24,9 +24,6 @@ class Team:
     def tell(self, log, line):
         log.message(line)
 
-    def last_round(self):
-        return False
-
 
 def make_loop(tmp_path, total=1000, log_every=300, save_every=500, counters=None, **options):
     counters = counters or checkpoint.Counters()

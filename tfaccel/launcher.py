@@ -150,8 +150,8 @@ def train_async(
     name = f"{STORE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     with console.stderr_silenced():  # TensorFlow's CUDA probe prints its failure on a CPU host
         gpus = len(tf.config.list_physical_devices("GPU"))
-    if strategy is not None:  # on Slurm its resolver named the task's share after TF counted
-        gpus = min(gpus, strategies.node_gpus())
+    if strategy is not None and os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        gpus = min(gpus, strategies.node_gpus())  # Slurm's resolver named the task's share
     # Measured once here, so that the learners choose one precision alike (`set_precision`).
     measured = networks.speedup_for_children(gpus)
     environments = [
@@ -304,9 +304,9 @@ def _attach_when_ready(name: str, chunks: int, processes) -> ParameterStore | No
 def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | None:
     """`_wait` for a machine of several: a round with the other machines every `period` s until
     one of them stops (the total reached, a signal, a failed learner). Then this machine's
-    learners push their last change and wait (`AsyncTeam.before_save`); a last round takes in
-    every machine's, and the learners save its parameters: the same on every machine, which a
-    rerun of the finished run starts from and leaves as they are."""
+    learners push their last change and wait, briefly (`AsyncTeam.before_save`); a last round
+    takes in every machine's, and the learners save its parameters: the same on every machine,
+    which a rerun of the finished run starts from and leaves as they are."""
     failed, alive = None, dict(enumerate(processes))
     next_round = time.monotonic()
     while True:
@@ -321,7 +321,7 @@ def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | 
             if sync.round(stopping):
                 break
     # The round stopped the learners through the store's flag (a failed learner's too).
-    late = _await_settled(alive, store, settle_seconds())
+    late = _await_settled(alive, store, machines.settle_seconds())
     failed = failed or late
     try:
         sync.round(True, last=True)  # every machine's last progress
@@ -334,12 +334,6 @@ def _wait_in_rounds(processes, sync, store, period: float) -> tuple[int, int] | 
         if process.exitcode != 0 and failed is None:
             failed = (processes.index(process), process.exitcode)
     return failed
-
-
-def settle_seconds() -> float:
-    """How long a launcher waits for its learners' last changes before the last round: well
-    under the collective's timeout, which the other machines' launchers wait in meanwhile."""
-    return min(30.0, strategies.collective_timeout() / 4)
 
 
 def _await_settled(alive: dict, store, seconds: float) -> tuple[int, int] | None:

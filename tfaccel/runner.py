@@ -349,8 +349,6 @@ class Loop:
         if self.frames > self.last_log:
             self.write_row()
         self.save_if_behind()
-        if self._team.last_round():  # the machines' last round of an asynchronous run
-            self.save()
         self.log.end_progress()
         stopped_by = stop.signal_name
         if stopped_by is None and self.frames < self.settings.total_frames:

@@ -68,49 +68,54 @@ class Flushed:
     """A learner's StoreSync as `AsyncTeam.before_save` uses it."""
 
     def __init__(self):
-        self.flushes = 0
+        self.flushes = self.pulls = 0
 
     def flush(self):
         self.flushes += 1
 
+    def pull(self):
+        self.pulls += 1
 
-def test_a_stopped_learner_of_several_machines_settles_once_then_waits_for_the_last_round(
+
+def test_the_stops_save_of_a_learner_of_several_machines_waits_briefly_for_the_last_round(
     monkeypatch,
 ):
-    """It tells the launcher its last change is in (once, at its first save after the stop),
-    saves without waiting, then waits for the last round: True when the round came, False
-    when it is overdue or the launcher is gone (the checkpoint saved stays)."""
+    """It tells the launcher its last change is in (once), then waits for the machines' last
+    round before it saves, and takes its parameters; a round overdue (or a launcher gone), and
+    it saves what its store holds. A periodic save, or a run on one machine, does not wait."""
     import threading
+    import time
 
-    from tfaccel.distribute import asynchronous, strategies
+    from tfaccel.distribute import asynchronous
     from tfaccel.distribute.param_store import ParameterStore
 
-    team = asynchronous.AsyncTeam(0, 1, 1, "unused", 1, machines=2)
-    team.store = store = ParameterStore.create(4)
+    stores = [ParameterStore.create(4) for _ in range(3)]
     try:
-        agent = Flushed()
-        team.before_save(agent)  # a periodic save: nothing to tell
-        assert store.settled == 0 and not team.last_round()
-        assert team.stop(True)
-        team.before_save(agent)
-        team.before_save(agent)
-        assert store.settled == 1 and agent.flushes == 3
-        threading.Timer(0.3, store.set_final).start()
-        assert team.last_round()  # the learner saves again
-        assert not team.last_round()  # once
-        # Overdue: the launcher's round never came within four collective timeouts.
         team = asynchronous.AsyncTeam(0, 1, 1, "unused", 1, machines=2)
-        team.store = late = ParameterStore.create(4)
-        monkeypatch.setattr(strategies, "collective_timeout", lambda: 0.1)
-        team.stop(True)
+        team.store, agent = stores[0], Flushed()
+        team.before_save(agent)  # a periodic save
+        assert stores[0].settled == 0 and (agent.flushes, agent.pulls) == (1, 0)
+        assert team.stop(True)
+        threading.Timer(0.3, stores[0].set_final).start()
+        started = time.monotonic()
         team.before_save(agent)
-        assert not team.last_round() and late.settled == 1
-        late.close(unlink=True)
+        assert time.monotonic() - started >= 0.25  # it waited for the round
+        assert stores[0].settled == 1 and (agent.flushes, agent.pulls) == (2, 1)
+        team.before_save(agent)  # once
+        assert stores[0].settled == 1 and agent.flushes == 3
+        # Overdue: it saves after the launcher's wait and a margin.
+        monkeypatch.setattr(asynchronous, "settle_seconds", lambda: -4.8)
+        late = asynchronous.AsyncTeam(0, 1, 1, "unused", 1, machines=2)
+        late.store, agent = stores[1], Flushed()
+        late.stop(True)
+        late.before_save(agent)
+        assert stores[1].settled == 1 and not stores[1].final and agent.pulls == 0
         # One machine: nothing to tell, nothing to wait for.
         alone = asynchronous.AsyncTeam(0, 1, 1, "unused", 1)
-        alone.store = store
+        alone.store = stores[2]
         alone.stop(True)
         alone.before_save(agent)
-        assert store.settled == 1 and not alone.last_round()
+        assert stores[2].settled == 0
     finally:
-        store.close(unlink=True)
+        for store in stores:
+            store.close(unlink=True)

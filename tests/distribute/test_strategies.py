@@ -8,6 +8,7 @@ import subprocess
 import sys
 import types
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -227,6 +228,35 @@ def test_a_slurm_step_on_cpu_nodes_or_gpu_nodes_gives_every_task_its_place(
     assert launcher_side.cluster_spec().as_dict() == resolver.cluster_spec().as_dict()
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == ("1" if gpus else visible)
     assert launcher_side.num_accelerators() == {}
+
+
+@pytest.mark.parametrize("cpu_only", [False, True])
+def test_a_slurm_task_keeps_the_gpus_slurm_bound_to_it_and_too_few_gpus_are_named(
+    tmp_path, monkeypatch, cpu_only
+):
+    """With srun --gpus-per-task, each task sees its own GPUs only: the resolver split them
+    again among the node's tasks (0 each: "range() arg 3 must not be zero")."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    for name, value in [("SLURM_PROCID", "1"), ("SLURM_STEP_NODELIST", "node[1-2]"),
+                        ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"), ("SLURM_STEP_NUM_TASKS", "4"),
+                        ("SLURM_GPUS_PER_TASK", "1"), ("CUDA_VISIBLE_DEVICES", "3")]:  # fmt: skip
+        monkeypatch.setenv(name, value)
+    resolver = strategies._cluster_resolver("slurm", 8888, cpu_only)
+    assert resolver.cluster_spec().as_dict()["worker"][1] == "node1:8889"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"  # its own, as Slurm named it
+    assert resolver.num_accelerators() == ({} if cpu_only else {"GPU": 1})
+    # Every task sees the node's one GPU, two tasks: no share for each.
+    monkeypatch.delenv("SLURM_GPUS_PER_TASK")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ValueError, match="this Slurm node has 1 GPUs for 2 tasks: give every task"):
+        strategies._cluster_resolver("slurm", 8888, cpu_only)
+
+
+def test_the_collective_timeout_is_the_one_make_strategy_took():
+    """A binding through a gin macro is resolved (the launcher and learners read it)."""
+    gin.parse_config("TIMEOUT = 7\nmake_strategy.timeout_seconds = %TIMEOUT")
+    strategies.make_strategy()
+    assert strategies.collective_timeout() == 7.0
 
 
 def test_sigterm_after_the_multi_worker_strategy_is_made_still_ends_the_process():

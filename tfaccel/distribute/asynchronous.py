@@ -21,7 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.distribute import strategies
+from tfaccel.distribute.machines import settle_seconds
 from tfaccel.distribute.param_store import ParameterStore
 from tfaccel.guards import StopRequest
 
@@ -140,28 +140,23 @@ class AsyncTeam:
 
     def before_save(self, agent: StoreSync) -> None:
         """The checkpoint and the export hold the store's parameters (this learner's pending
-        change pushed first), not this learner's copy of them. At the stop of a run over
-        several machines, the launcher learns that this learner's last change is in the store
-        (`launcher._wait_in_rounds`, `last_round`)."""
+        change pushed first), not this learner's copy of them.
+
+        The stop's save in a run over several machines first tells the launcher that this
+        learner's last change is in the store, and waits for the machines' last round
+        (`launcher._wait_in_rounds`): every machine then saves the same parameters, those the
+        launchers report. The wait is short and bounded (a job scheduler's SIGKILL follows its
+        SIGTERM within 30 s or so): a round later than that, or a launcher gone, and the
+        learner saves what its store holds."""
         agent.flush()
         if self._machines > 1 and self._stopping and not self._settled:
-            self._settled = True
+            self._settled = True  # once: a later save (none is due) does not wait again
             self.store.settle()
-
-    def last_round(self) -> bool:
-        """After the stop's checkpoint of a run over several machines: waits for the machines'
-        last round, bounded (the launcher gone, or its round overdue: the checkpoint saved
-        stays); True when it came, and the learner saves again (every machine the same
-        parameters, those the launchers report as the run's)."""
-        if not self._settled:
-            return False
-        self._settled = False
-        deadline = time.monotonic() + 4 * strategies.collective_timeout()
-        while not self.store.final:
-            if ORPHANED.is_set() or time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+            deadline = time.monotonic() + settle_seconds() + 5.0
+            while not (self.store.final or ORPHANED.is_set() or time.monotonic() > deadline):
+                time.sleep(0.05)
+            if self.store.final:
+                agent.pull()
 
     def after_restore(self, agent: StoreSync) -> None:
         """The store takes the weights this learner restored (its last checkpoint, saved from

@@ -14,9 +14,9 @@ the learners'). Learners never wait for other machines; only the launchers do, i
 
 so every `period_seconds` the machines average what their learners did, like the gradient
 average of a synchronous step, but over all the asynchronous steps since the last round. The last
-round, once the learners have pushed their last change and saved, sets theta in every store
-(rather than adding to it, which rounds differently on each machine), and the learners save
-again: every machine ends with the same parameters.
+round, once the learners have pushed their last change (they wait for it to save), sets theta in
+every store (rather than adding to it, which rounds differently on each machine), and the
+learners save it: every machine ends with the same parameters.
 
 Agent steps: each round also sums the steps every machine's learners took, and tells each store
 the other machines' share, so learners log and stop on the frames of the whole run. A stop (the
@@ -42,6 +42,14 @@ def collective_strategy() -> tf.distribute.Strategy:
     cluster and the timeout), on the CPU: this process only moves parameters."""
     tf.config.set_visible_devices([], "GPU")
     return strategies.make_strategy(kind="multi_worker", cpu_only=True)
+
+
+def settle_seconds() -> float:
+    """How long a launcher waits at a stop for its learners' last changes before the last
+    round (a learner still busy then misses it): a quarter of the collective's timeout, which
+    the other machines' launchers wait in meanwhile, and 10 s at most (a learner waits for the
+    round before it saves, and a job scheduler's SIGKILL follows its SIGTERM)."""
+    return min(10.0, strategies.collective_timeout() / 4)
 
 
 class MachineSync:

@@ -21,6 +21,7 @@ import contextlib
 import inspect
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -62,6 +63,7 @@ def make_strategy(
     """
     if kind not in KINDS:
         raise ValueError(f"unknown strategy kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    _made["timeout_seconds"] = float(timeout_seconds)
     if logical_cpus > 1:
         split_cpu(logical_cpus)
     if kind == "multi_worker":  # before anything initializes TensorFlow's devices
@@ -129,36 +131,62 @@ def _cluster_resolver(cluster: str, slurm_port: int, cpu_only: bool = False):
                 f"make_strategy.cluster = 'slurm' needs a Slurm job step ({', '.join(missing)} "
                 "not set): start the workers with srun"
             )
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver
-        if gpus := node_gpus():  # each task gets its share of the node's GPUs
-            if cpu_only:  # for the processes it starts; its own replica stays on the CPU
-                return _CpuSlurmResolver(
-                    port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True
-                )
-            return resolver(port_base=slurm_port, gpus_per_node=gpus, auto_set_gpu=True)
-        # CPU nodes: the resolver pairs each task of a node with GPU ids (none here failed it
-        # with "range() arg 3 must not be zero", or nvidia-smi missing): nominal ids, not set,
-        # and no accelerator reported to the strategy.
-        return _CpuSlurmResolver(
-            port_base=slurm_port, gpus_per_node=4096, gpus_per_task=1, auto_set_gpu=False
-        )
+        return _slurm_resolver(slurm_port, cpu_only)
     raise ValueError(f"unknown make_strategy.cluster {cluster!r}; valid: tf_config, slurm")
 
 
-class _CpuSlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-    """A Slurm job step's cluster whose strategy places its replicas on the CPU: nodes without
-    GPUs (the base class would report the nominal GPU each task was paired with), or a process
-    that leaves its share of the GPUs to the processes it starts."""
+def _slurm_resolver(port: int, cpu_only: bool):
+    """The Slurm job step's cluster, and the GPUs of this task: Slurm's own per-task binding
+    (`--gpus-per-task`: `CUDA_VISIBLE_DEVICES` names this task's), else an equal share of the
+    node's GPUs, which the resolver names. `cpu_only`: the task's replica stays on the CPU (its
+    GPUs are for the processes it starts)."""
+    gpus = node_gpus()
+    if gpus and "SLURM_GPUS_PER_TASK" not in os.environ:  # every task sees the node's GPUs
+        tasks = _slurm_tasks_per_node()
+        if gpus < tasks:
+            raise ValueError(
+                f"this Slurm node has {gpus} GPUs for {tasks} tasks: give every task a GPU "
+                "of its own (srun --gpus-per-task=1) or run at most one task per GPU"
+            )
+        kind = _SlurmResolver if cpu_only else tf.distribute.cluster_resolver.SlurmClusterResolver
+        return kind(port_base=port, gpus_per_node=gpus, auto_set_gpu=True)
+    # No GPU, or Slurm bound this task's: each task is paired with nominal GPU ids (none
+    # failed the resolver with "range() arg 3 must not be zero", or nvidia-smi missing),
+    # nothing is set, and the strategy is told of this task's own GPUs alone.
+    resolver = _SlurmResolver(
+        port_base=port, gpus_per_node=4096, gpus_per_task=1, auto_set_gpu=False
+    )
+    resolver.own_gpus = 0 if cpu_only else gpus
+    return resolver
+
+
+def _slurm_tasks_per_node() -> int:
+    """The most tasks the job step runs on one node (`SLURM_STEP_TASKS_PER_NODE`: `2(x3),1`)."""
+    counts = []
+    for part in os.environ.get("SLURM_STEP_TASKS_PER_NODE", "1").split(","):
+        match = re.fullmatch(r"\s*(\d+)(\(x\d+\))?\s*", part)
+        counts.append(int(match.group(1)) if match else 1)
+    return max(counts)
+
+
+class _SlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
+    """A Slurm job step's cluster that tells the strategy of `own_gpus` GPUs per task (none:
+    its replicas are on the CPU), not of those the base class paired each task with."""
+
+    own_gpus = 0
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
-        return {}
+        return {"GPU": self.own_gpus} if self.own_gpus else {}
 
 
 def collective_timeout() -> float:
-    """`make_strategy.timeout_seconds` as the run's gin config sets it (else its default)."""
-    with contextlib.suppress(ValueError):  # no binding
-        return float(gin.query_parameter("tfaccel.make_strategy.timeout_seconds"))
-    return float(inspect.signature(make_strategy).parameters["timeout_seconds"].default)
+    """The `timeout_seconds` this process's `make_strategy` took (its default before it ran)."""
+    if _made["timeout_seconds"] is None:
+        return float(inspect.signature(make_strategy).parameters["timeout_seconds"].default)
+    return _made["timeout_seconds"]
+
+
+_made = {"timeout_seconds": None}  # what `make_strategy` took (gin's macros resolved)
 
 
 def node_gpus() -> int:
@@ -404,10 +432,6 @@ class SyncTeam:
     def stop(self, flag: bool) -> bool:
         """True on every worker once any worker's `flag` is True."""
         return self._vote(flag)
-
-    def last_round(self) -> bool:
-        """Nothing to wait for after the stop's checkpoint: the workers hold the same weights."""
-        return False
 
     def tell(self, log, line: str) -> None:
         """Writes `line` (why the run stopped) to this worker's log. A worker other than the
