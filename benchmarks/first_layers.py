@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from dead_units import alive_units  # noqa: E402
-from suite import trained_frames  # noqa: E402
+from suite_summary import trained_frames  # noqa: E402
 
 from tfaccel.bench import results as results_file  # noqa: E402
 

@@ -20,18 +20,19 @@ its wall limit, so that the last one saves and stops before the budget ends.
 into benchmarks/results/suite/runs/, laid out like the run directories: a run directory lives on
 the machine that trained it, the logs are committed, and `summary` reads either.
 
-`summary` reads the run directories (or the kept logs) and the published references (benchmarks/reference/) and
-writes benchmarks/results/suite/summary.json (one entry per config x game: the seeds, their
-frames, the mean of the last 20 full games, wall time, agent steps/s, the reference with its
-source and protocol, and a verdict: ahead, level or behind) and summary.png (a panel per game:
-score against frames, the mean and range over seeds, the reference marked).
+`summary` reads the run directories (or the kept logs) and the published references
+(benchmarks/reference/) and writes benchmarks/results/suite/summary.json (one entry per config x
+game: the seeds, their frames, the mean of the last 20 full games, wall time, agent steps/s, the
+frames and minutes to the reference's score, the reference with its source and protocol, and a
+verdict: ahead, level or behind) and summary.png (a panel per game: score against frames, the
+mean and range over seeds, the reference marked); it prints the table of docs/results.md. That
+half lives in suite_summary.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -39,12 +40,14 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+import suite_summary  # noqa: E402
+from suite_summary import trained_frames  # noqa: E402
 
 from tfaccel import guards  # noqa: E402
 from tfaccel.bench import results as results_file  # noqa: E402
 
-REFERENCES = os.path.join(ROOT, "benchmarks", "reference")
 RESULTS = os.path.join(ROOT, "benchmarks", "results", "suite")
 KEPT = os.path.join(RESULTS, "runs")  # the logs of the suite's runs, committed
 KEPT_FILES = ("metrics.csv", "eval.csv", "operative_config.gin")
@@ -190,19 +193,6 @@ def jobs(
     return result
 
 
-def trained_frames(run_dir: str) -> int:
-    """The env frames of a run directory's last metrics row (0 without one)."""
-    path = os.path.join(run_dir, "metrics.csv")
-    if not os.path.exists(path):
-        return 0
-    with open(path) as handle:
-        lines = [line for line in handle.read().splitlines() if line.strip()]
-    try:
-        return int(float(lines[-1].split(",")[0])) if len(lines) > 1 else 0
-    except ValueError:  # a cut last row: the run itself will say what it is
-        return 0
-
-
 def progress(job: Job, root: str, kept: str | None = KEPT) -> int:
     """The frames a job has trained: those of its run directory under `root`, or of its kept
     logs under `kept` where they went further (a run finished on another machine, or before
@@ -316,258 +306,6 @@ def keep(root: str, todo: list[Job], into: str = KEPT) -> tuple[list[str], list[
     return copied, further
 
 
-def camel(game: str) -> str:
-    """`space_invaders` -> `SpaceInvaders`, as the papers' tables name games."""
-    return "".join(part.capitalize() for part in game.split("_"))
-
-
-def load_reference(kind_agent: str, game: str, frames: int) -> dict | None:
-    """The published figure for `game` after `frames` (None where none is published): its
-    source, protocol, mean, low and high over the published seeds (equal to the mean where only
-    a mean is published), and, for curves, the curve itself."""
-    kind, agent = kind_agent.split(":")
-    if kind == "dopamine":
-        path = os.path.join(REFERENCES, f"dopamine_{camel(game).lower()}.json")
-        if not os.path.exists(path):
-            return None
-        with open(path) as handle:
-            document = json.load(handle)
-        step = document["frames_per_iteration"]
-        seeds = document["runs"].get(agent)
-        if not seeds or min(len(seed) for seed in seeds) * step < frames:
-            return None
-        at = [seed[frames // step - 1] for seed in seeds]
-        length = min(len(seed) for seed in seeds)
-        curve = [[(i + 1) * step, *_spread([seed[i] for seed in seeds])] for i in range(length)]
-        return {
-            "source": document["source"],
-            "protocol": f"{agent} as Dopamine runs it ({document['settings'].get(agent, '')}); "
-            + document["what"],
-            "seeds": len(seeds),
-            **dict(zip(("mean", "low", "high"), _spread(at), strict=True)),
-            "curve": curve,
-        }
-    if kind == "schulman2017":
-        with open(os.path.join(REFERENCES, "schulman2017_table6.json")) as handle:
-            document = json.load(handle)
-        mean = document["scores"].get(camel(game), {}).get(agent)
-        if mean is None:
-            return None
-        return {
-            "source": document["source"],
-            "protocol": document["protocol"],
-            "seeds": 3,
-            "frames": 40_000_000,
-            "mean": mean,
-            "low": mean,  # only the mean over 3 seeds is published
-            "high": mean,
-        }
-    if kind == "baselines":  # ppo2's curve, read at `frames`
-        import numpy as np
-
-        with open(os.path.join(REFERENCES, "baselines_ppo2_atari10m.json")) as handle:
-            document = json.load(handle)
-        points = sorted(document["curves"].get(camel(game), []))
-        if agent != "PPO" or not points or points[-1][0] < 0.99 * frames:
-            return None
-        frames_at, scores = zip(*points, strict=True)
-        mean = round(float(np.interp(frames, frames_at, scores)), 2)
-        return {
-            "source": document["source"],
-            "protocol": document["protocol"] + "; " + document["what"],
-            "seeds": 6,
-            "mean": mean,
-            "low": mean,  # only the mean over 6 runs is published
-            "high": mean,
-            "curve": [[f, score, score, score] for f, score in points],
-        }
-    raise ValueError(f"unknown reference kind {kind!r}; valid: dopamine, schulman2017, baselines")
-
-
-def _spread(values: list[float]) -> tuple[float, float, float]:
-    return (float(sum(values) / len(values)), float(min(values)), float(max(values)))
-
-
-def verdict(score: float, reference: dict) -> str:
-    """ahead: above the reference's mean; level: within its range over seeds, or within 10% of
-    its mean where only a mean is published; behind: otherwise."""
-    mean, low, high = reference["mean"], reference["low"], reference["high"]
-    if score > mean:
-        return "ahead"
-    if low < high:
-        return "level" if score >= low else "behind"
-    return "level" if score >= mean - 0.1 * abs(mean) else "behind"
-
-
-def seed_summary(run_dir: str) -> dict | None:
-    """A run directory's figures, or None when it has no scored row yet."""
-    from tfaccel import plot
-
-    try:
-        run = plot.load_run(run_dir)
-    except ValueError:
-        return None
-    frames = trained_frames(run_dir)
-    wall = float(run.wall_s[-1])
-    return {
-        "run_dir": os.path.relpath(run_dir),
-        "frames": frames,
-        "score": float(run.score[-1]),  # the mean of the last 20 full games
-        "best": float(max(run.score)),
-        "wall_s": wall,
-        "agent_steps_per_s": frames / 4 / wall if wall > 0 else None,
-        "curve": [[int(f), round(float(s), 2)] for f, s in zip(run.frames, run.score, strict=True)],
-    }
-
-
-def summarize(root: str) -> list[dict]:
-    """One entry per config x game, with its seeds' figures, its reference and its verdict."""
-    entries = {}
-    for job in jobs():
-        key = (job.entry.name, job.game)
-        entry = entries.setdefault(
-            key,
-            {
-                "config": job.entry.config,
-                "entry": job.entry.name,
-                "game": job.game,
-                "frames": job.entry.frames,
-                "sticky_action_prob": job.entry.sticky_action_prob,
-                "seeds": {},
-                "reference": load_reference(job.entry.reference, job.game, job.entry.frames),
-            },
-        )
-        figures = seed_summary(job.run_dir(root))
-        if figures is not None:
-            entry["seeds"][str(job.seed)] = figures
-    for entry in entries.values():
-        done = [s for s in entry["seeds"].values() if s["frames"] >= entry["frames"]]
-        entry["finished_seeds"] = len(done)
-        entry["score"] = _spread([s["score"] for s in done]) if done else None
-        reference = entry["reference"]
-        entry["verdict"] = (
-            verdict(entry["score"][0], reference)
-            if done and reference
-            else "in progress"
-            if entry["seeds"]
-            else "not run"
-        )
-    return list(entries.values())
-
-
-COLORS = {
-    "a2c": "tab:blue",
-    "c51": "tab:red",
-    "ppo": "tab:green",
-    "appo": "tab:purple",
-    "dqn": "tab:brown",
-    "rainbow": "tab:orange",
-}
-
-
-def seed_band(curves: list, points: int = 200) -> tuple:
-    """The mean, low and high of seeds' curves ([(frames, score), ...] each) on `points` frames
-    from the first to the last any seed reached; each point is over the seeds that reached it,
-    so a seed still short of the others does not cut their curve.
-
-    >>> grid, mean, low, high = seed_band([[(0, 0.0), (10, 10.0)], [(0, 2.0), (5, 2.0)]], 3)
-    >>> grid.tolist(), mean.tolist(), low.tolist(), high.tolist()
-    ([0.0, 5.0, 10.0], [1.0, 3.5, 10.0], [0.0, 2.0, 10.0], [2.0, 5.0, 10.0])
-    """
-    import numpy as np
-
-    ends = np.array([curve[-1][0] for curve in curves], float)
-    grid = np.linspace(min(curve[0][0] for curve in curves), ends.max(), points)
-    ys = np.stack([np.interp(grid, *np.array(curve, float).T) for curve in curves])
-    ys[grid[None, :] > ends[:, None]] = np.nan  # [seeds, points]
-    return grid, np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
-
-
-def seeds_text(finished: int, drawn: int) -> str:
-    """`1 seed`, `2 seeds`, `1 seed + 1 unfinished`: what a curve of `drawn` seeds holds."""
-    text = f"{finished} seed{'' if finished == 1 else 's'}"
-    return text if drawn == finished else f"{text} + {drawn - finished} unfinished"
-
-
-def draw(entries: list[dict], path: str) -> None:
-    """A panel per game: each entry's mean score over seeds against frames, its range shaded,
-    and its reference (a curve, or a point with its range at the reference's frames)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    for axis, game in zip(axes.flat, GAMES, strict=True):
-        shared = {}  # a reference -> the entries held to it (PPO and APPO share ppo2's curve)
-        for entry in [e for e in entries if e["game"] == game]:
-            color = COLORS.get(entry["entry"], "black")
-            curves = [seed["curve"] for seed in entry["seeds"].values() if seed["curve"]]
-            if curves:
-                grid, mean, low, high = seed_band(curves)
-                label = f"{entry['entry']} ({seeds_text(entry['finished_seeds'], len(curves))})"
-                axis.plot(grid / 1e6, mean, color=color, label=label)
-                axis.fill_between(grid / 1e6, low, high, color=color, alpha=0.2)
-            if reference := entry["reference"]:  # one file may hold several agents' figures
-                key = (reference["source"], reference["protocol"])  # one curve, or a point:
-                key += () if "curve" in reference else (reference["mean"],)  # at its frames
-                shared.setdefault(key, []).append(entry)
-        for held in shared.values():
-            _draw_reference(axis, held)
-        axis.set_title(camel(game))
-        axis.set_xlabel("env frames (M)")
-        axis.set_ylabel("raw score, last 20 games")
-        axis.grid(alpha=0.3)
-        if axis.has_data():
-            axis.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-
-
-def _draw_reference(axis, held: list[dict]) -> None:
-    """One reference on a game's panel, in the colour of the first entry `held` to it and named
-    after them all: a curve to the furthest of their frames, or a point with its range."""
-    import numpy as np
-
-    reference, names = held[0]["reference"], ", ".join(dict.fromkeys(e["entry"] for e in held))
-    color = COLORS.get(held[0]["entry"], "black")
-    if "curve" in reference:
-        x, mean, low, high = np.array(reference["curve"]).T
-        cut = x <= max(e["frames"] for e in held) * 1.0001
-        axis.plot(x[cut] / 1e6, mean[cut], "--", color=color, label=f"{names} ref.")
-        axis.fill_between(x[cut] / 1e6, low[cut], high[cut], color=color, alpha=0.08)
-        return
-    frames = reference.get("frames") or held[0]["frames"]  # a point: the same figure for all
-    error = [[reference["mean"] - reference["low"]], [reference["high"] - reference["mean"]]]
-    axis.errorbar(frames / 1e6, reference["mean"], yerr=error, fmt="*", color=color,
-                  markersize=12, label=f"{names} ref.")  # fmt: skip
-
-
-def table(entries: list[dict]) -> str:
-    """The summary as a Markdown table (docs/results.md)."""
-    lines = [
-        "| config | game | frames | seeds | score (mean, range) | reference | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for e in entries:
-        score = (
-            "—"
-            if e["score"] is None
-            else f"{e['score'][0]:.1f} ({e['score'][1]:.1f} to {e['score'][2]:.1f})"
-        )
-        ref = e["reference"]
-        reference = "—"
-        if ref is not None:
-            reference = f"{ref['mean']:.1f} ({ref['low']:.1f} to {ref['high']:.1f})"
-            if ref.get("frames", e["frames"]) != e["frames"]:
-                reference += f" at {ref['frames'] / 1e6:.0f}M frames"
-        lines.append(
-            f"| {e['config']} | {camel(e['game'])} | {e['frames'] / 1e6:.0f}M | "
-            f"{e['finished_seeds']}/{len(e['seeds']) or 0} | {score} | {reference} | {e['verdict']} |"
-        )
-    return "\n".join(lines)
-
-
 def selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Job]:
     """The jobs that `--only`, `--games` and `--seeds` select; an unknown name or seed ends the
     command with one line naming the valid ones."""
@@ -624,13 +362,13 @@ def main() -> int:
         for label in further:
             print(f"suite: {label}: the kept logs went further than the run directory; kept")
         return 0
-    entries = summarize(args.root)
+    entries = suite_summary.summarize(args.root, jobs())
     if not any(entry["seeds"] for entry in entries):  # would overwrite the summary with blanks
         parser.error(f"no run of the suite under {args.root}: nothing to summarize")
     os.makedirs(args.out, exist_ok=True)
     results_file.write_json(os.path.join(args.out, "summary.json"), {"entries": entries})
-    draw(entries, os.path.join(args.out, "summary.png"))
-    print(table(entries))
+    suite_summary.draw(entries, GAMES, os.path.join(args.out, "summary.png"))
+    print(suite_summary.table(entries))
     return 0
 
 

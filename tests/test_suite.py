@@ -1,5 +1,5 @@
-"""benchmarks/suite.py: the grid's order, what counts as done, the verdict rules and the summary
-of fabricated run directories against the published references."""
+"""benchmarks/suite.py and suite_summary.py: the grid's order, what counts as done, the verdict
+rules and the summary of fabricated run directories against the published references."""
 
 import os
 import signal
@@ -11,18 +11,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import suite  # noqa: E402
+import suite_summary as summary  # noqa: E402
 
 
 def test_verdicts_follow_the_rules():
     ranged = {"mean": 47.1, "low": 43.6, "high": 49.6}
-    assert suite.verdict(50.0, ranged) == "ahead"  # above the mean
-    assert suite.verdict(44.0, ranged) == "level"  # within the seeds' range
-    assert suite.verdict(43.0, ranged) == "behind"
+    assert summary.verdict(50.0, ranged) == "ahead"  # above the mean
+    assert summary.verdict(44.0, ranged) == "level"  # within the seeds' range
+    assert summary.verdict(43.0, ranged) == "behind"
     only_mean = {"mean": 303.0, "low": 303.0, "high": 303.0}
-    assert suite.verdict(280.0, only_mean) == "level"  # within 10% of a published mean
-    assert suite.verdict(270.0, only_mean) == "behind"
+    assert summary.verdict(280.0, only_mean) == "level"  # within 10% of a published mean
+    assert summary.verdict(270.0, only_mean) == "behind"
     negative = {"mean": -6.0, "low": -6.0, "high": -6.0}
-    assert suite.verdict(-6.5, negative) == "level" and suite.verdict(-7.0, negative) == "behind"
+    assert (
+        summary.verdict(-6.5, negative) == "level" and summary.verdict(-7.0, negative) == "behind"
+    )
 
 
 def test_every_run_is_listed_once_and_a2c_pong_comes_first():
@@ -66,44 +69,53 @@ def write_run(path, rows):
 def test_ppo_and_appo_are_held_to_ppo2_at_their_own_frames():
     """Their reference was CleanRL's PPO after 40M frames, four times the frames of the runs."""
     for job in suite.jobs({"ppo", "appo"}):
-        reference = suite.load_reference(job.entry.reference, job.game, job.entry.frames)
+        reference = summary.load_reference(job.entry.reference, job.game, job.entry.frames)
         points = {row[0]: row[1] for row in reference["curve"]}
         assert reference["seeds"] == 6 and max(points) >= job.entry.frames
         below = max(f for f in points if f <= job.entry.frames)
         above = min(f for f in points if f >= job.entry.frames)
         assert min(points[below], points[above]) <= reference["mean"]
         assert reference["mean"] <= max(points[below], points[above])
-    breakout = suite.load_reference("baselines:PPO", "breakout", 10_000_000)
+    breakout = summary.load_reference("baselines:PPO", "breakout", 10_000_000)
     assert breakout["mean"] == pytest.approx(71.5, abs=0.1)  # the page's curve at 2.5M timesteps
     assert breakout["curve"][-1][1] == pytest.approx(239.9, abs=0.1)  # and at its end, 40M frames
-    assert suite.load_reference("baselines:PPO", "breakout", 80_000_000) is None  # beyond it
-    assert suite.load_reference("baselines:PPO", "asterix", 10_000_000) is None  # not on the page
+    assert summary.load_reference("baselines:PPO", "breakout", 80_000_000) is None  # beyond it
+    assert summary.load_reference("baselines:PPO", "asterix", 10_000_000) is None  # not on the page
 
 
 def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     root = str(tmp_path)
     write_run(f"{root}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
     write_run(f"{root}/c51/qbert/seed0", [(5_000_000, 900.0)])  # halfway
-    assert suite.trained_frames(f"{root}/c51/breakout/seed0") == 10_000_000
-    entries = {(e["entry"], e["game"]): e for e in suite.summarize(root)}
+    assert summary.trained_frames(f"{root}/c51/breakout/seed0") == 10_000_000
+    entries = {(e["entry"], e["game"]): e for e in summary.summarize(root, suite.jobs())}
     breakout = entries["c51", "breakout"]
     assert breakout["score"] == (48.0, 48.0, 48.0) and breakout["verdict"] == "ahead"
     assert breakout["reference"]["mean"] == pytest.approx(47.1, abs=0.05)  # Dopamine, iteration 9
     assert breakout["seeds"]["0"]["agent_steps_per_s"] == pytest.approx(2_500_000 / 1000)
     assert entries["c51", "qbert"]["verdict"] == "in progress"
     assert entries["c51", "space_invaders"]["verdict"] == "not run"
-    table = suite.table(list(entries.values()))
-    assert "| categorical_dqn.gin | Breakout | 10M | 1/1 | 48.0 (48.0 to 48.0) |" in table
-    suite.draw(list(entries.values()), str(tmp_path / "summary.png"))
+    # Reached Dopamine's 47.1 at the row of 10M frames, 1,000 s of wall time into the run.
+    assert breakout["seeds"]["0"]["reached"] == {"frames": 10_000_000, "wall_s": 1000.0}
+    assert entries["c51", "qbert"]["seeds"]["0"]["reached"] is None  # 900 against 3,002
+    table = summary.table(list(entries.values())).splitlines()
+    assert (
+        "| `categorical_dqn.gin` | Breakout | 10M | 1 | 48.0 (best 48.0) | C51 47.1, seeds 43.6 to "
+        "49.6 (Dopamine, iteration 9) | ahead | 10.0M frames, 17 min |"
+    ) in table
+    qbert = next(line for line in table if "`categorical_dqn.gin` | Q\\*bert" in line)
+    assert "| 10M | 0 + 1 unfinished | — |" in qbert and qbert.endswith("| in progress | not yet |")
+    assert any("| `ppo.gin` | Space Invaders | 10M | 0 | — | ppo2 485.6" in line for line in table)
+    summary.draw(list(entries.values()), suite.GAMES, str(tmp_path / "summary.png"))
     assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_figure_counts_finished_seeds_and_names_unfinished_ones():
     """A seed the suite has only started is drawn, but not counted as a seed of the result."""
-    assert suite.seeds_text(1, 1) == "1 seed"
-    assert suite.seeds_text(2, 2) == "2 seeds"
-    assert suite.seeds_text(1, 2) == "1 seed + 1 unfinished"
-    assert suite.seeds_text(0, 1) == "0 seeds + 1 unfinished"
+    assert summary.seeds_text(1, 1) == "1 seed"
+    assert summary.seeds_text(2, 2) == "2 seeds"
+    assert summary.seeds_text(1, 2) == "1 seed + 1 unfinished"
+    assert summary.seeds_text(0, 1) == "0 seeds + 1 unfinished"
 
 
 def test_kept_logs_summarize_like_the_run_directories(tmp_path):
@@ -116,7 +128,7 @@ def test_kept_logs_summarize_like_the_run_directories(tmp_path):
         "metrics.csv",
         "operative_config.gin",
     ]
-    here, there = suite.summarize(runs), suite.summarize(kept)
+    here, there = summary.summarize(runs, suite.jobs()), summary.summarize(kept, suite.jobs())
     for entry in (*here, *there):
         for seed in entry["seeds"].values():
             seed.pop("run_dir")
@@ -132,8 +144,8 @@ def test_a_run_finished_in_the_kept_logs_is_neither_trained_again_nor_overwritte
     assert suite.progress(job, runs, kept) == 10_000_000
     assert suite.progress(job, runs, None) == 400_000
     assert suite.keep(runs, [job, qbert], kept) == (["c51/qbert/seed0"], ["c51/breakout/seed0"])
-    assert suite.trained_frames(f"{kept}/c51/breakout/seed0") == 10_000_000
-    assert suite.trained_frames(f"{kept}/c51/qbert/seed0") == 400_000
+    assert summary.trained_frames(f"{kept}/c51/breakout/seed0") == 10_000_000
+    assert summary.trained_frames(f"{kept}/c51/qbert/seed0") == 400_000
     # Only the unfinished job reaches bin/train; a finished one starts nothing.
     started = []
 
@@ -160,7 +172,7 @@ def test_a_run_finished_in_the_kept_logs_is_neither_trained_again_nor_overwritte
 def test_a_seed_short_of_the_others_does_not_cut_their_curve():
     finished = [(0, -21.0), (20_000_000, 18.0), (40_000_000, 20.0)]
     started = [(0, -21.0), (600_000, -20.0)]
-    grid, mean, low, high = suite.seed_band([finished, started], points=5)
+    grid, mean, low, high = summary.seed_band([finished, started], points=5)
     assert grid[-1] == 40_000_000  # not 600k
     assert mean[-1] == low[-1] == high[-1] == 20.0  # the finished seed alone there
     assert low[0] == high[0] == mean[0] == -21.0
@@ -199,13 +211,15 @@ def test_entries_held_to_one_reference_share_its_line_and_others_keep_theirs(tmp
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = {(e["entry"], e["game"]): e for e in suite.summarize(str(tmp_path))}  # none run
+    entries = {
+        (e["entry"], e["game"]): e for e in summary.summarize(str(tmp_path), suite.jobs())
+    }  # none run
     drawn = []
-    draw_reference = suite._draw_reference
+    draw_reference = summary._draw_reference
     monkeypatch.setattr(
-        suite, "_draw_reference", lambda axis, held: drawn.append([e["entry"] for e in held])
+        summary, "_draw_reference", lambda axis, held: drawn.append([e["entry"] for e in held])
     )
-    suite.draw(list(entries.values()), str(tmp_path / "summary.png"))
+    summary.draw(list(entries.values()), suite.GAMES, str(tmp_path / "summary.png"))
     assert ["ppo", "appo"] in drawn  # Breakout and Space Invaders at 10M frames
     assert ["appo", "ppo"] in drawn  # Pong at 20M frames (APPO's entry comes first there)
     assert ["c51"] in drawn and ["dqn"] in drawn and ["rainbow"] in drawn  # Pong: three lines
@@ -213,3 +227,10 @@ def test_entries_held_to_one_reference_share_its_line_and_others_keep_theirs(tmp
     draw_reference(axis, [entries["ppo", "breakout"], entries["appo", "breakout"]])
     assert axis.get_legend_handles_labels()[1] == ["ppo, appo ref."]
     plt.close(figure)
+
+
+def test_the_docstring_examples_hold():
+    import doctest
+
+    outcome = doctest.testmod(summary)
+    assert outcome.attempted > 0 and outcome.failed == 0
