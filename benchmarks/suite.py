@@ -84,7 +84,8 @@ class Entry:
 
 # The order runs are trained in: A2C first (cheap: about an hour per game), Pong and Breakout
 # first among its games (the two that decided the presets' first layers), then C51, PPO and
-# APPO, then the second seeds.
+# APPO, then the second seeds, the presets with Pong alone so far (A3C, DQN, ε-Rainbow) on
+# Breakout, and C51's second seeds last ("where time allows").
 A2C_GAMES = ("pong", "breakout", "space_invaders", "seaquest", "qbert", "beam_rider")
 GRID = (
     Entry("a2c", "a2c.gin", "train", A2C_GAMES, (0,), 40_000_000, 0.0, "schulman2017:A2C"),
@@ -140,6 +141,20 @@ GRID = (
         "train_off_policy",
         ("pong",),
         (0, 1),
+        10_000_000,
+        0.25,
+        "dopamine:Rainbow",
+    ),  # fmt: skip
+    Entry("a3c", "a3c.gin", "train", ("breakout",), (0,), 40_000_000, 0.0, "schulman2017:A2C"),
+    Entry(
+        "dqn", "dqn.gin", "train_off_policy", ("breakout",), (0,), 10_000_000, 0.25, "dopamine:DQN"
+    ),  # fmt: skip
+    Entry(
+        "rainbow",
+        "rainbow.gin",
+        "train_off_policy",
+        ("breakout",),
+        (0,),
         10_000_000,
         0.25,
         "dopamine:Rainbow",

@@ -194,6 +194,7 @@ def summarize(root: str, jobs: list) -> list[dict]:
 
 COLORS = {
     "a2c": "tab:blue",
+    "a3c": "tab:cyan",
     "c51": "tab:red",
     "ppo": "tab:green",
     "appo": "tab:purple",
