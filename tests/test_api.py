@@ -26,7 +26,7 @@ def test_importing_tfaccel_imports_no_tensorflow():
     assert done.stdout.strip() == "False", done.stderr[-2000:]
 
 
-def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
+def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path, capsys):
     """A second run in the same process ended with "Attempted to modify locked Gin config"."""
     a2c = tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "a2c"))
     c51 = tfaccel.train(
@@ -52,6 +52,13 @@ def test_two_algorithms_in_one_process_and_what_a_run_gives(tmp_path):
     # 2,000 frames of Pong end no game: the README's run.plot still draws (empty axes, a note).
     assert a2c.plot(str(tmp_path / "curves.png")) == str(tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # By default into the run's own directory: two runs' plots wrote one ./curves.png. Its
+    # warning goes to stderr, as tfaccel-plot's, not between a notebook's results.
+    capsys.readouterr()
+    assert a2c.plot() == str(tmp_path / "a2c" / "curves.png")
+    assert (tmp_path / "a2c" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    printed = capsys.readouterr()
+    assert "warning: no finished game yet" in printed.err and "warning" not in printed.out
     again = tfaccel.train(["a2c.gin", "smoke.gin"], str(tmp_path / "a2c"))  # already done
     assert again.summary["env_frames"] == a2c.summary["env_frames"]
 

@@ -45,7 +45,16 @@ def execute(name: str, tmp_path: pathlib.Path, monkeypatch) -> list:
     probe = notebook.cells.pop()
     assert text(probe).strip() == f"kernel python: {sys.executable}"
     assert seconds < LIMIT_SECONDS, f"{name} took {seconds:.0f} s"
-    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    noise = [line for line in text(*cells).splitlines() if NOISE.search(line)]
+    assert not noise, f"{name} shows TensorFlow's start-up or INFO lines: {noise[:4]}"
+    return cells
+
+
+# TensorFlow's C++ start-up lines (absl's `I0000 00:00:...`, oneDNN, the CUDA probe), which a
+# notebook's kernel shows since it captures the process's stderr, and its Python INFO lines,
+# which it logs in an interactive session (each export's "Assets written to").
+NOISE = re.compile(r"^[IWE]\d{4} \d\d:\d\d:|absl::InitializeLog|oneDNN|cuInit|INFO:tensorflow")
 
 
 def text(*cells) -> str:

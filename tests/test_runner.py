@@ -180,3 +180,21 @@ def test_pool_layouts_that_cannot_be_made_name_the_binding(layout, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         runner.PoolConfig(**layout)
     assert runner.PoolConfig(num_workers=0, envs_per_worker=3, num_groups=1).group_size == 3
+
+
+@pytest.mark.parametrize(
+    "background, line",
+    [
+        (87 / 255, "frames are offset by the game's background pixel, 0.3412"),  # Pong
+        (0.0, "frames are not offset: the game's background is black"),  # was "..., 0.0000"
+    ],
+)
+def test_the_background_line_says_what_was_done_to_the_frames(monkeypatch, background, line):
+    from tests.test_networks import SPEC
+    from tfaccel.networks import PolicyValueNetwork, a3c_torso
+
+    said = []
+    monkeypatch.setattr(runner, "background_pixel", lambda env, seed: background)
+    network = PolicyValueNetwork(SPEC, torso=lambda: a3c_torso(subtract_background=True))
+    runner.set_frame_offsets([network], None, 0, types.SimpleNamespace(message=said.append))
+    assert said == [line]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from collections.abc import Sequence
 
 from tfaccel import policy_client
@@ -71,12 +72,18 @@ class Run:
 
         return evaluate.evaluate(self.policy_dir, episodes, epsilon=epsilon, **settings)
 
-    def plot(self, out: str = "curves.png", **settings) -> str:
-        """Draws the score against frames and wall time to `out` (a PNG); returns `out`."""
+    def plot(self, out: str | None = None, **settings) -> str:
+        """Draws the score against frames and wall time to `out` (a PNG; default: `curves.png`
+        in the run directory) and returns its path; warnings go to stderr, as `tfaccel-plot`'s."""
         from tfaccel import plot
 
-        plot.plot([self.root_dir], out, **settings)
+        out = os.path.join(self.root_dir, "curves.png") if out is None else out
+        plot.plot([self.root_dir], out, warn=_warn, **settings)
         return out
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _number(text):

@@ -72,7 +72,11 @@ def set_frame_offsets(models, env, seed: int, log) -> None:
     if has_offset:
         value = background_pixel(env, seed)
         if networks.set_frame_offsets(models, value):
-            log.message(f"frames are offset by the game's background pixel, {value:.4f}")
+            log.message(
+                f"frames are offset by the game's background pixel, {value:.4f}"
+                if value
+                else "frames are not offset: the game's background is black"
+            )
 
 
 @gin.configurable(module="tfaccel")

@@ -22,6 +22,19 @@ def run(*args, timeout=300):
     )
 
 
+def test_the_benchs_policy_starts_tensorflow_quietly_from_a_script_or_notebook():
+    """sampler_speed.ipynb calls the library, not the command: its cell showed TensorFlow's C++
+    start-up lines (oneDNN, the CUDA probe) twice, TF_CPP_MIN_LOG_LEVEL set or not."""
+    code = (
+        "from tfaccel.bench import sampler; from tfaccel.envs.atari import AtariConfig\n"
+        "policy = sampler.make_policy(AtariConfig(game='pong')(0).spec, 2)\n"
+        "import numpy as np; print(policy(np.zeros([2, 104, 80, 4], np.uint8)).shape)"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0 and result.stdout.strip() == "(2,)", result.stderr[-3000:]
+    assert not re.search(r"oneDNN|cuInit|cuda|absl", result.stderr), result.stderr
+
+
 @pytest.mark.serial  # a training measurement of 0.5 s, too short on a machine another test loads
 def test_bench_sampler_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"

@@ -44,6 +44,9 @@ def raw_parallel_sps(config: AtariConfig, seconds: float, processes: int) -> flo
 
 def make_policy(spec, batch_size: int) -> Callable[[np.ndarray], np.ndarray]:
     """The paper's policy-gradient network as one compiled call: uint8 [B, H, W, C] -> actions [B]."""
+    from tfaccel.commands import tensorflow_started_quietly
+
+    tensorflow_started_quietly()  # no C++ start-up lines where it runs in a notebook
     import tensorflow as tf
 
     from tfaccel.networks import PolicyValueNetwork
@@ -151,7 +154,9 @@ def run(
 
     The shared machines drift over minutes, so the single-process limit is measured three times
     (at the start, between the random-action pools and the peers, and at the end) and the median
-    is the limit every ratio uses; all three are in the JSON.
+    is the limit every ratio uses; all three are in the JSON. The lines `log` prints as it goes
+    give ratios to the limit measured so far ("x limit so far"); `summary` and the JSON's final
+    `raw_limit_sps` give the final ones.
     """
     config = AtariConfig(game=game)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -199,7 +204,7 @@ def run(
                 break
             result["peers"].append({"sampler": name, "envs": envs, "inference": "none", "sps": sps})
             log(
-                f"{name:>20} {envs:>4} envs   none         {sps:>8,.0f}  {sps / result['raw_limit_sps']:.2f} x limit"
+                f"{name:>20} {envs:>4} envs   none         {sps:>8,.0f}  {sps / result['raw_limit_sps']:.2f} x limit so far"
             )
     for workers, per_worker in inference_layouts:
         for kind in ("synchronous", "alternating"):
@@ -223,7 +228,7 @@ def _measure_limit_again(result, raws, config, seconds, cpus, log) -> None:
     parallel.append(raw_parallel_sps(config, seconds, cpus))
     result["raw_parallel_sps"] = float(np.median(parallel))
     log(
-        f"{cpus} raw processes at once: {parallel[-1]:,.0f} steps/s ({parallel[-1] / (raw * cpus):.2f} x limit)"
+        f"{cpus} raw processes at once: {parallel[-1]:,.0f} steps/s ({parallel[-1] / (raw * cpus):.2f} x limit so far)"
     )
 
 
@@ -251,7 +256,7 @@ def _add_row(result, log, workers, per_worker, inference, measured: dict) -> Non
         )
     log(
         f"{'tfaccel':>20} {row['envs']:>4} envs   {inference:<12} {sps:>8,.0f}  "
-        f"{sps / result['raw_limit_sps']:.2f} x limit   ({workers} workers x {per_worker}; {detail})"
+        f"{sps / result['raw_limit_sps']:.2f} x limit so far   ({workers} workers x {per_worker}; {detail})"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -56,6 +57,17 @@ def tensorflow_imported_quietly():
 
     with console.stderr_silenced():
         yield
+    if "tensorflow" in sys.modules:
+        _tensorflow_logger_at_warnings(sys.modules["tensorflow"])
+
+
+def _tensorflow_logger_at_warnings(tf) -> None:
+    """TensorFlow's Python logger logs at INFO in an interactive session (a notebook), on stdout
+    and again through the root logger: each export printed "INFO:tensorflow:Assets written to
+    ..." twice between the progress lines. At warnings, as in a script."""
+    logger = tf.get_logger()  # made here first, if not yet, so its own INFO does not come later
+    if logger.getEffectiveLevel() < logging.WARNING:
+        logger.setLevel(logging.WARNING)
 
 
 def tensorflow_started_quietly() -> None:
