@@ -182,13 +182,12 @@ def summarize(root: str, jobs: list) -> list[dict]:
         entry["finished_seeds"] = len(done)
         entry["score"] = _spread([s["score"] for s in done]) if done else None
         reference = entry["reference"]
-        entry["verdict"] = (
-            verdict(entry["score"][0], reference)
-            if done and reference
-            else "in progress"
-            if entry["seeds"]
-            else "not run"
-        )
+        if done:
+            entry["verdict"] = (
+                verdict(entry["score"][0], reference) if reference else "no reference"
+            )
+        else:
+            entry["verdict"] = "in progress" if entry["seeds"] else "not run"
     return list(entries.values())
 
 
@@ -324,11 +323,14 @@ def _reference_cell(reference: dict | None) -> str:
 
 def _reached_cell(entry: dict) -> str:
     """Per seed, `11.1M frames, 34 min` where it first reached the reference's mean, else `not
-    reached` (a finished seed) or `not yet`."""
+    reached` (a finished seed) or `not yet`; named `seed k: ...` where several seeds ran."""
+    if entry["reference"] is None or not entry["seeds"]:
+        return "—"
     cells = []
-    for seed in entry["seeds"].values():
+    for name, seed in entry["seeds"].items():
         if reached := seed["reached"]:
-            cells.append(f"{reached['frames'] / 1e6:.1f}M frames, {reached['wall_s'] / 60:.0f} min")
+            cell = f"{reached['frames'] / 1e6:.1f}M frames, {reached['wall_s'] / 60:.0f} min"
         else:
-            cells.append("not reached" if seed["frames"] >= entry["frames"] else "not yet")
-    return "; ".join(cells) or "—"
+            cell = "not reached" if seed["frames"] >= entry["frames"] else "not yet"
+        cells.append(cell if len(entry["seeds"]) == 1 else f"seed {name}: {cell}")
+    return "; ".join(cells)

@@ -234,3 +234,23 @@ def test_the_docstring_examples_hold():
 
     outcome = doctest.testmod(summary)
     assert outcome.attempted > 0 and outcome.failed == 0
+
+
+def test_seeds_are_named_in_the_reached_column_and_no_reference_is_not_in_progress(
+    tmp_path, monkeypatch
+):
+    root = str(tmp_path)
+    write_run(f"{root}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
+    write_run(f"{root}/c51/breakout/seed1", [(2_000_000, 9.0)])
+    row = next(line for line in summary.table(summary.summarize(root, suite.jobs())).splitlines()
+               if "`categorical_dqn.gin` | Breakout" in line)  # fmt: skip
+    assert "| 1 + 1 unfinished | 48.0 (best 48.0) |" in row
+    assert row.endswith("| ahead | seed 0: 10.0M frames, 17 min; seed 1: not yet |")
+    # A finished entry without a published figure was "in progress", and "not reached".
+    monkeypatch.setattr(summary, "load_reference", lambda *_: None)
+    entries = {(e["entry"], e["game"]): e for e in summary.summarize(root, suite.jobs())}
+    assert entries["c51", "breakout"]["verdict"] == "no reference"
+    assert entries["c51", "qbert"]["verdict"] == "not run"
+    row = next(line for line in summary.table(list(entries.values())).splitlines()
+               if "`categorical_dqn.gin` | Breakout" in line)  # fmt: skip
+    assert row.endswith("| none published | no reference | — |")

@@ -222,11 +222,8 @@ def _summary(records, policy_dir, preprocessing, sample, epsilon, max_agent_step
         result["warning"] = (
             f"{stuck} of {episodes} games ran to the step limit ({limit:,} agent steps) without "
             "a game over: the policy may be stuck"
-            + (
-                " (a game that needs FIRE to start, played greedily with epsilon 0?)"
-                if epsilon == 0 and not sample
-                else ", or the limit is shorter than a game"
-            )
+            + ("" if sample else " (a game that needs FIRE to start, played greedily?)")
+            + ", or the limit is shorter than a game"
         )
     return result
 

@@ -35,6 +35,25 @@ def test_the_benchs_policy_starts_tensorflow_quietly_from_a_script_or_notebook()
     assert not re.search(r"oneDNN|cuInit|cuda|absl", result.stderr), result.stderr
 
 
+def test_tensorflows_interactive_info_logging_is_quieted_once_and_a_users_level_kept():
+    """In a notebook TensorFlow's logger is at INFO (each export printed "INFO:tensorflow:Assets
+    written to ..." twice); tfaccel sets that default to warnings once, not a level of the user's."""
+    code = (
+        "import sys; sys.ps1 = '>>> '  # an interactive session, as TensorFlow tells one\n"
+        "from tfaccel import commands\n"
+        "with commands.tensorflow_imported_quietly():\n"
+        "    import tensorflow as tf\n"
+        "print(tf.get_logger().level)\n"
+        "tf.get_logger().setLevel('INFO')\n"
+        "with commands.tensorflow_imported_quietly():\n"
+        "    pass\n"
+        "print(tf.get_logger().level)"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["30", "20"]  # WARNING, then the user's INFO kept
+
+
 @pytest.mark.serial  # a training measurement of 0.5 s, too short on a machine another test loads
 def test_bench_sampler_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"

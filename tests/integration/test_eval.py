@@ -277,11 +277,13 @@ def test_a_policy_stuck_before_fire_is_warned_about_and_eval_explores_by_default
     assert data["lengths"] == [300] and data["at_step_limit"] == 1 and data["scores"] == [0.0]
     assert "warning: 1 of 1 games ran to the step limit (300 agent steps)" in stuck.stderr
     assert "game 1/1: 0 in 300 agent steps" in stuck.stderr  # each game as it ends
-    assert "needs FIRE to start, played greedily with epsilon 0?" in stuck.stderr
+    assert "needs FIRE to start, played greedily?), or the limit is shorter" in stuck.stderr
     default = run(f"--policy_dir={path}", "--episodes=1", "--max_agent_steps=20")
     assert json.loads(default.stdout)["epsilon"] == 0.001  # Machado et al.'s evaluation
-    # With ε > 0 the FIRE guess does not fit: it said "with epsilon 0?" of a game at ε = 0.001.
-    assert json.loads(default.stdout)["warning"].endswith("or the limit is shorter than a game")
+    # It said "played greedily with epsilon 0?" of games played at ε = 0.001.
+    assert "epsilon 0" not in json.loads(default.stdout)["warning"]
+    sampled = run(f"--policy_dir={path}", "--episodes=1", "--max_agent_steps=20", "--sample")
+    assert "FIRE" not in json.loads(sampled.stdout)["warning"]  # not greedy: no such guess
 
 
 # The shipped policies and the least each must score in one game: the lowest of the 10 games

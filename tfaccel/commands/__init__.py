@@ -39,8 +39,8 @@ def raise_on_sigterm() -> None:
 
 
 def quiet_tensorflow() -> None:
-    """TensorFlow's C++ logs at warnings and above only (set before TensorFlow is imported);
-    Python-side absl logging at warnings."""
+    """TensorFlow's C++ logs at errors only, unless TF_CPP_MIN_LOG_LEVEL says otherwise (set
+    before TensorFlow is imported); Python-side absl logging at warnings."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with contextlib.suppress(ImportError):
         from absl import logging
@@ -61,12 +61,19 @@ def tensorflow_imported_quietly():
         _tensorflow_logger_at_warnings(sys.modules["tensorflow"])
 
 
+_LOGGER_SET = []  # once per process: a level the user sets later is theirs
+
+
 def _tensorflow_logger_at_warnings(tf) -> None:
     """TensorFlow's Python logger logs at INFO in an interactive session (a notebook), on stdout
     and again through the root logger: each export printed "INFO:tensorflow:Assets written to
-    ..." twice between the progress lines. At warnings, as in a script."""
+    ..." twice between the progress lines. That default of TensorFlow's becomes warnings, as in
+    a script, the first time tfaccel imports TensorFlow; a level set before or after is kept."""
+    if _LOGGER_SET:
+        return
+    _LOGGER_SET.append(True)
     logger = tf.get_logger()  # made here first, if not yet, so its own INFO does not come later
-    if logger.getEffectiveLevel() < logging.WARNING:
+    if logger.level == logging.INFO:  # TensorFlow's interactive default (a script's is unset)
         logger.setLevel(logging.WARNING)
 
 
