@@ -198,3 +198,8 @@ def test_the_background_line_says_what_was_done_to_the_frames(monkeypatch, backg
     network = PolicyValueNetwork(SPEC, torso=lambda: a3c_torso(subtract_background=True))
     runner.set_frame_offsets([network], None, 0, types.SimpleNamespace(message=said.append))
     assert said == [line]
+    # A resume keeps its checkpoint's offset: a black game's 0 was measured and said again.
+    fresh = PolicyValueNetwork(SPEC, torso=lambda: a3c_torso(subtract_background=True))
+    log = types.SimpleNamespace(message=said.append)
+    runner.set_frame_offsets([fresh], None, 0, log, resumed=True)
+    assert said == [line] and float(fresh.torso.layers[0].offset.numpy()) == 0.0

@@ -164,7 +164,9 @@ def train_off_policy(
             run_dir, (log, eval_log), frame_skip, team, network=agent.network,
             target=agent.target, optimizer=agent.optimizer, generator=generator,
         )  # fmt: skip
-        runner.set_frame_offsets([agent.network, agent.target], env, seed, log)
+        runner.set_frame_offsets(
+            [agent.network, agent.target], env, seed, log, resumed=restored is not None
+        )
         if restored and checkpoint_replay:
             loaded = replay_files.restore(saver.directory, restored, replays)
             log.message("replay restored" if loaded else "no replay saved with it: refilling")

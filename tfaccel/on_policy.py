@@ -107,11 +107,11 @@ def train(
             lambda: make_optimizer(schedule.rate), schedule, seed, strategy,
         )  # fmt: skip
         act, value, generator = compile_act(agent.network, act_fn, pool.spec, pool.group_size, seed)
-        counters, saver, _ = run_dirs.checkpoints(
+        counters, saver, restored = run_dirs.checkpoints(
             run_dir, (log, eval_log), frame_skip, team, network=agent.network,
             optimizer=agent.optimizer, generator=generator, learner_generator=agent.generator,
         )  # fmt: skip
-        runner.set_frame_offsets([agent.network], env, seed, log)
+        runner.set_frame_offsets([agent.network], env, seed, log, resumed=restored is not None)
         agent = team.attach(agent, counters)
         sampler = OnPolicySampler(pool, act, value, horizon)
         atari = run_dirs.atari_of(env, settings.eval_episodes, chief and log)

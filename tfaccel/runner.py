@@ -61,9 +61,12 @@ def background_pixel(env, seed: int, steps: int = 100) -> float:
     return float(np.argmax(counts)) / 255.0
 
 
-def set_frame_offsets(models, env, seed: int, log) -> None:
-    """Measures the game's background for the networks' `FrameOffset` layers, if they have any
-    not yet set (a new run), and says so."""
+def set_frame_offsets(models, env, seed: int, log, resumed: bool = False) -> None:
+    """Measures the game's background for the networks' `FrameOffset` layers, if they have any,
+    and says so; a resumed run keeps the offset its checkpoint holds (0 for a black game, or a run
+    trained without one), measured and said once."""
+    if resumed:
+        return
     has_offset = any(
         isinstance(layer, networks.FrameOffset)
         for model in models
