@@ -263,10 +263,11 @@ def _loop(loop, sampler, agent, team, guard, log) -> dict:
     with StopRequest() as stop, saved_on(PoolError, loop.save_if_behind):
         if loop.complete():
             return loop.finish(stop)
-        to_go = loop.settings.total_frames - loop.frames
+        to_go, envs = loop.settings.total_frames - loop.frames, sampler.pool.num_envs
+        where = f"{envs} envs" if team.learners == 1 else f"{team.learners} x {envs} envs"
         log.message(
-            f"training on {sampler.pool.num_envs} envs, {to_go:,} frames to go (from "
-            f"{loop.frames:,}); learning from the first rollout"
+            f"training on {where}, {to_go:,} frames to go (from {loop.frames:,}); learning from "
+            "the first rollout"
         )
         watch = DeadNetworkWatch(log)
         for _, rollout in sampler.rollouts():

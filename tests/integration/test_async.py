@@ -30,6 +30,7 @@ def test_a3c_runs_resumes_and_leaves_no_store(tmp_path):
     first = train(tmp_path, "--gin_file=a3c.gin", "--gin_file=smoke.gin",
                   "--gin_bindings=RunConfig.total_frames = 1000")  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "training on 2 x 4 envs, " in first.stdout  # two learners (said "on 4 envs")
     assert (tmp_path / "learner-1" / "checkpoints" / "checkpoint").exists()
     assert (tmp_path / "policy" / "saved_model.pb").exists()
     assert not (tmp_path / "learner-1" / "policy").exists()  # only the chief exports
