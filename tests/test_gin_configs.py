@@ -132,9 +132,33 @@ def test_a_renamed_mistyped_or_wrong_kind_of_setting_is_one_line(config, binding
 def test_a_binding_gin_cannot_parse_is_quoted():
     """It was `Couldn't parse statement, expected ':' or '='. (line 1)`, naming no binding."""
     with pytest.raises(SyntaxError, match=re.escape(
-        "Couldn't parse statement, expected ':' or '='. in the binding 'RunConfig.total_frames 5'"
+        "Couldn't parse statement, expected ':' or '=' in the binding 'RunConfig.total_frames 5'"
     )):  # fmt: skip
         gin_configs.parse(["a2c.gin"], ["RunConfig.seed = 1", "RunConfig.total_frames 5"])
+    gin.clear_config()
+
+
+@pytest.mark.parametrize("value", ["", "@", "%"])
+def test_a_binding_without_a_value_is_quoted(value):
+    """Gin gives no text for these: it was `Unable to parse value. (line 2)`."""
+    binding = f"RunConfig.total_frames = {value}"
+    with pytest.raises(SyntaxError, match=re.escape(f"in the binding {binding.strip()!r}")):
+        gin_configs.parse(["a2c.gin"], ["RunConfig.seed = 1", binding])
+    gin.clear_config()
+
+
+def test_an_unclosed_bracket_names_its_file_or_binding(tmp_path):
+    """It was a traceback of tokenize's `EOF in multi-line statement`."""
+    binding = "RunConfig.total_frames = [1,"
+    with pytest.raises(SyntaxError, match=re.escape(
+        f"the binding {binding!r} leaves a bracket open at its end: close each (, [ and {{"
+    )):  # fmt: skip
+        gin_configs.parse(["a2c.gin"], ["RunConfig.seed = 1", binding])
+    gin.clear_config()
+    mine = tmp_path / "mine.gin"
+    mine.write_text("RunConfig.seed = 1\nRunConfig.total_frames = (5,\n")
+    with pytest.raises(SyntaxError, match=re.escape(f"gin file {str(mine)!r} leaves a bracket")):
+        gin_configs.parse(["a2c.gin", str(mine)])
     gin.clear_config()
 
 

@@ -15,6 +15,7 @@ import inspect
 import logging
 import os
 import re
+import tokenize
 from collections.abc import Sequence
 
 DIRECTORY = os.path.dirname(os.path.abspath(__file__))
@@ -71,9 +72,12 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     except SyntaxError as error:
         if "malformed node" in str(error):
             raise not_a_literal(error) from None
-        if error.filename is None and error.text:  # in a binding: gin's line of the bindings
-            raise SyntaxError(f"{error.msg} in the binding {error.text.strip()!r}") from None
+        if error.filename is None:  # in a binding: gin's line of the bindings, joined by \n
+            text = error.text or _line("\n".join(bindings), error.lineno)
+            raise SyntaxError(f"{error.msg.rstrip('.')} in the binding {text.strip()!r}") from None
         raise error from None
+    except tokenize.TokenError:  # an unclosed bracket or quote runs to the end of its text
+        raise SyntaxError(_unclosed(files, bindings)) from None
     except OSError as error:  # an `include` of a file that is nowhere on the search path
         missing = re.match(r"Unable to open file: (.+?)\. Searched config paths", str(error))
         if missing is None:
@@ -89,6 +93,30 @@ def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     for binding in bindings:
         if macro := re.match(r"\s*(\w+)\s*=", binding):
             _check_macro(macro.group(1), files, bindings)
+
+
+def _line(text: str, lineno: int | None) -> str:
+    """Line `lineno` (from 1) of `text`, or "" when there is no such line."""
+    lines = text.splitlines()
+    return lines[lineno - 1] if lineno and 0 < lineno <= len(lines) else ""
+
+
+def _unclosed(files: Sequence[str], bindings: Sequence[str]) -> str:
+    """The message for tokenize's error at the end of a text: which file or binding leaves a
+    bracket open (gin reads each file, then all bindings as one text)."""
+    texts = [(f"gin file {name!r}", _read(path(name))) for name in files]
+    texts += [(f"the binding {binding.strip()!r}", binding) for binding in bindings]
+    for where, text in texts:
+        try:
+            list(tokenize.generate_tokens(iter(text.splitlines(keepends=True)).__next__))
+        except tokenize.TokenError:
+            return f"{where} leaves a bracket open at its end: close each (, [ and {{"
+    return "a bracket is left open at the end of a gin file or binding: close each (, [ and {"
+
+
+def _read(file: str) -> str:
+    with open(file, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def check_one_algorithm(files: Sequence[str]) -> None:
