@@ -6,11 +6,14 @@ side by side with published results.
     .venv/bin/python benchmarks/suite.py run --root=runs/suite --only=a2c --hours=2.5
     .venv/bin/python benchmarks/suite.py run --root=runs/suite --seeds=0   # every first seed
     .venv/bin/python benchmarks/suite.py list --root=runs/suite              # what is done
+    .venv/bin/python benchmarks/suite.py run --root=runs/mine --only=a2c --games=pong --seeds=0 \
+        --retrain                                       # reproduce a run the kept logs hold
     .venv/bin/python benchmarks/suite.py keep --root=runs/suite              # logs into the repo
     .venv/bin/python benchmarks/suite.py summary --root=benchmarks/results/suite/runs
 
 `run` trains each config x game x seed of the grid (`GRID` below) in its own run directory,
-`<root>/<entry>/<game>/seed<k>`, one after another (`--jobs` at once), and skips what is done. Every
+`<root>/<entry>/<game>/seed<k>`, one after another (`--jobs` at once), and skips what is done:
+finished under `<root>` or in the committed logs (`--retrain` counts `<root>` alone). Every
 run is an ordinary resumable run of `bin/train`, so the suite may be stopped at any moment (Ctrl-C,
 SIGTERM, a lost machine) and the same command continues: an unfinished run resumes from its last
 checkpoint (off-policy runs keep their replay in it). `--hours` gives every run the time left as
@@ -84,8 +87,9 @@ class Entry:
 
 # The order runs are trained in: A2C first (cheap: about an hour per game), Pong and Breakout
 # first among its games (the two that decided the presets' first layers), then C51, PPO and
-# APPO, then the second seeds, the presets with Pong alone so far (A3C, DQN, ε-Rainbow) on
-# Breakout, and C51's second seeds last ("where time allows").
+# APPO, then the second seeds (on Pong, two seeds of each preset whose Pong run predates the
+# background offset), the presets with Pong alone so far (A3C, DQN, ε-Rainbow) on Breakout, and
+# C51's second seeds last ("where time allows").
 A2C_GAMES = ("pong", "breakout", "space_invaders", "seaquest", "qbert", "beam_rider")
 GRID = (
     Entry("a2c", "a2c.gin", "train", A2C_GAMES, (0,), 40_000_000, 0.0, "schulman2017:A2C"),
@@ -145,6 +149,8 @@ GRID = (
         0.25,
         "dopamine:Rainbow",
     ),  # fmt: skip
+    Entry("appo", "appo.gin", "train", ("pong",), (1,), 20_000_000, 0.0, "baselines:PPO"),
+    Entry("a3c", "a3c.gin", "train", ("pong",), (0, 1), 40_000_000, 0.0, "schulman2017:A2C"),
     Entry("a3c", "a3c.gin", "train", ("breakout",), (0,), 40_000_000, 0.0, "schulman2017:A2C"),
     Entry(
         "dqn", "dqn.gin", "train_off_policy", ("breakout",), (0,), 10_000_000, 0.25, "dopamine:DQN"
@@ -351,6 +357,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once")
     parser.add_argument("--hours", type=float, default=None, help="stop (saved) after this long")
     parser.add_argument("--out", default=RESULTS, help="where summary.{json,png} go")
+    parser.add_argument(
+        "--retrain",
+        action="store_true",
+        help="run and list: count only the runs under --root, not the committed logs (to "
+        "reproduce a run that they hold)",
+    )
     args = parser.parse_args()
     todo = selected(parser, args)
     if args.jobs < 1:
@@ -360,11 +372,12 @@ def main() -> int:
             f"--root {args.root} is not a directory: give the suite's run directories (`run` "
             f"makes them) or the kept logs, {os.path.relpath(KEPT)}"
         )
+    kept = None if args.retrain else KEPT
     if args.action == "run":
-        return run_grid(args.root, todo, args.jobs, args.hours)
+        return run_grid(args.root, todo, args.jobs, args.hours, kept)
     if args.action == "list":
         for job in todo:
-            frames, here = progress(job, args.root), trained_frames(job.run_dir(args.root))
+            frames, here = progress(job, args.root, kept), trained_frames(job.run_dir(args.root))
             where = "" if frames == here else " (kept logs)"
             print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames{where}")
         return 0

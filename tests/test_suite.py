@@ -191,7 +191,12 @@ def test_a_root_without_runs_is_refused_and_leaves_the_results_as_they_were(tmp_
             sys.argv = sys_argv
 
     assert main("list", f"--root={tmp_path / 'missing'}") == 0  # the kept logs' progress
-    capsys.readouterr()
+    assert "40,000,000 / 40,000,000 frames (kept logs)" in capsys.readouterr().out
+    # --retrain counts the root alone: a user reproducing a committed run.
+    assert main("list", f"--root={tmp_path / 'missing'}", "--only=a2c", "--retrain") == 0
+    listed = capsys.readouterr().out
+    assert "a2c/pong/seed0" in listed and "(kept logs)" not in listed
+    assert listed.splitlines()[0].split() == ["a2c/pong/seed0", "0", "/", "40,000,000", "frames"]
     for action in ("summary", "keep"):
         with pytest.raises(SystemExit) as stopped:
             main(action, f"--root={tmp_path / 'missing'}")
@@ -254,3 +259,19 @@ def test_seeds_are_named_in_the_reached_column_and_no_reference_is_not_in_progre
     row = next(line for line in summary.table(list(entries.values())).splitlines()
                if "`categorical_dqn.gin` | Breakout" in line)  # fmt: skip
     assert row.endswith("| none published | no reference | — |")
+
+
+def test_the_docs_table_and_summary_json_are_those_of_the_kept_runs():
+    """docs/results.md shows the table `suite.py summary` prints from the kept logs, and
+    summary.json holds the same entries: a run kept without regenerating both fails here."""
+    import json
+
+    entries = summary.summarize(suite.KEPT, suite.jobs())
+    table = summary.table(entries).splitlines()
+    with open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8") as handle:
+        docs = handle.read().splitlines()
+    start = docs.index(table[0])
+    assert docs[start : start + len(table)] == table
+    with open(os.path.join(suite.RESULTS, "summary.json"), encoding="utf-8") as handle:
+        kept = json.load(handle)["entries"]
+    assert kept == json.loads(json.dumps(entries))
