@@ -160,6 +160,9 @@ def test_an_unclosed_bracket_names_its_file_or_binding(tmp_path):
     with pytest.raises(SyntaxError, match=re.escape(f"gin file {str(mine)!r} leaves a bracket")):
         gin_configs.parse(["a2c.gin", str(mine)])
     gin.clear_config()
+    with pytest.raises(SyntaxError, match="leaves a triple-quoted string open at its end"):
+        gin_configs.parse(["a2c.gin"], ['AtariConfig.game = """pong'])
+    gin.clear_config()
 
 
 def test_a_macro_that_a_binding_uses_is_gins_own_feature(tmp_path):

@@ -103,15 +103,18 @@ def _line(text: str, lineno: int | None) -> str:
 
 def _unclosed(files: Sequence[str], bindings: Sequence[str]) -> str:
     """The message for tokenize's error at the end of a text: which file or binding leaves a
-    bracket open (gin reads each file, then all bindings as one text)."""
+    bracket or a triple-quoted string open (gin reads each file, then all bindings as one
+    text)."""
     texts = [(f"gin file {name!r}", _read(path(name))) for name in files]
     texts += [(f"the binding {binding.strip()!r}", binding) for binding in bindings]
     for where, text in texts:
         try:
             list(tokenize.generate_tokens(iter(text.splitlines(keepends=True)).__next__))
-        except tokenize.TokenError:
+        except tokenize.TokenError as error:
+            if "string" in str(error):
+                return f"{where} leaves a triple-quoted string open at its end: close it"
             return f"{where} leaves a bracket open at its end: close each (, [ and {{"
-    return "a bracket is left open at the end of a gin file or binding: close each (, [ and {"
+    return "a gin file or binding leaves a bracket or a triple-quoted string open at its end"
 
 
 def _read(file: str) -> str:
