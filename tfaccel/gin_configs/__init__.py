@@ -12,8 +12,10 @@ import contextlib
 import dataclasses
 import difflib
 import inspect
+import io
 import logging
 import os
+import pathlib
 import re
 import tokenize
 from collections.abc import Sequence
@@ -104,12 +106,10 @@ def _line(text: str, lineno: int | None) -> str:
 def _unclosed(files: Sequence[str], bindings: Sequence[str]) -> str:
     """The message for tokenize's error at the end of a text: which file or binding leaves a
     bracket or a triple-quoted string open (gin reads each file, then all bindings as one
-    text)."""
-    texts = [(f"gin file {name!r}", _read(path(name))) for name in files]
-    texts += [(f"the binding {binding.strip()!r}", binding) for binding in bindings]
-    for where, text in texts:
+    text). Files are read one at a time, up to the first that fails."""
+    for where, text in _texts(files, bindings):
         try:
-            list(tokenize.generate_tokens(iter(text.splitlines(keepends=True)).__next__))
+            list(tokenize.generate_tokens(io.StringIO(text).readline))
         except tokenize.TokenError as error:
             if "string" in str(error):
                 return f"{where} leaves a triple-quoted string open at its end: close it"
@@ -117,9 +117,12 @@ def _unclosed(files: Sequence[str], bindings: Sequence[str]) -> str:
     return "a gin file or binding leaves a bracket or a triple-quoted string open at its end"
 
 
-def _read(file: str) -> str:
-    with open(file, encoding="utf-8") as handle:
-        return handle.read()
+def _texts(files: Sequence[str], bindings: Sequence[str]):
+    """(where, text) of each gin file, read when reached, then of each binding."""
+    for name in files:
+        yield f"gin file {name!r}", pathlib.Path(path(name)).read_text(encoding="utf-8")
+    for binding in bindings:
+        yield f"the binding {binding.strip()!r}", binding
 
 
 def check_one_algorithm(files: Sequence[str]) -> None:
