@@ -2,6 +2,8 @@
 frame (`center_frames`): its math, what the network then ignores, the same variables as without
 it, the gin binding, and its SavedModel."""
 
+import json
+
 import gin
 import keras
 import numpy as np
@@ -179,8 +181,9 @@ def test_auto_precision_is_bfloat16_only_where_the_hardware_computes_it():
     assert choose(gpus=[("GPU 0", None)])[0] == "float32"  # capability not told: the safe one
 
 
-def test_the_bfloat16_speedup_is_measured_once_per_process(monkeypatch):
+def test_the_bfloat16_speedup_is_measured_once_per_process(monkeypatch, tmp_path):
     monkeypatch.delenv(networks.SPEEDUP_VARIABLE, raising=False)
+    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path))
     networks.bfloat16_speedup.cache_clear()
     ratio = networks.bfloat16_speedup()
     assert 0.01 < ratio < 100  # a ratio of two timings, whatever this CPU
@@ -194,6 +197,36 @@ def test_the_bfloat16_speedup_is_measured_once_per_process(monkeypatch):
     monkeypatch.setenv(networks.SPEEDUP_VARIABLE, "1.25")
     assert networks.bfloat16_speedup() == 1.25
     networks.bfloat16_speedup.cache_clear()
+
+
+def test_the_bfloat16_speedup_is_kept_for_the_machine_so_runs_choose_alike(monkeypatch, tmp_path):
+    """A run's precision under 'auto' must not depend on how busy the machine was when it
+    started: the first measurement is kept, and later processes take it."""
+    monkeypatch.delenv(networks.SPEEDUP_VARIABLE, raising=False)
+    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path / "cache"))
+    timings = iter([1.2, 2.6, 1.9])  # what a loaded and an idle machine might measure
+    monkeypatch.setattr(networks, "_measure_speedup", lambda size, repeats: next(timings))
+
+    def in_a_new_process():
+        networks.bfloat16_speedup.cache_clear()
+        return networks.bfloat16_speedup()
+
+    try:
+        assert in_a_new_process() == 1.2  # measured and kept
+        path = networks.speedup_file()
+        assert path.parent == tmp_path / "cache" and json.loads(path.read_text())["speedup"] == 1.2
+        assert in_a_new_process() == 1.2  # taken, not measured: the idle 2.6 is never seen
+        # Two processes that measured at once: the first to keep its figure wins.
+        assert networks._keep_speedup(path, 2.6) == 1.2
+        # A damaged file is measured again and replaced.
+        path.write_text("{")
+        assert in_a_new_process() == 2.6 and json.loads(path.read_text())["speedup"] == 2.6
+        # A cache that cannot be written (here: a file where the folder should be) still works.
+        monkeypatch.setenv(networks.CACHE_VARIABLE, str(path))
+        assert in_a_new_process() == 1.9
+        assert list((tmp_path / "cache").iterdir()) == [path]  # no temporary file left
+    finally:
+        networks.bfloat16_speedup.cache_clear()
 
 
 def test_set_precision_says_what_it_chose_and_a_binding_overrides():

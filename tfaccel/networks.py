@@ -15,8 +15,12 @@ variables and the heads stay float32, so losses, logits and Q values are float32
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import gin
 import keras
@@ -48,16 +52,23 @@ def set_precision(policy: str = "auto") -> str:
     return f"precision: {policy} ({why})"
 
 
-def _cpu_flags() -> set[str] | None:
-    """The CPU's feature flags (Linux's /proc/cpuinfo), or None where they cannot be read."""
+def _cpuinfo(field: str) -> str | None:
+    """The value of a field of Linux's /proc/cpuinfo (its first CPU), or None where it cannot
+    be read."""
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return None
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU's feature flags, or None where they cannot be read."""
+    flags = _cpuinfo("flags")
+    return None if flags is None else set(flags.split())
 
 
 def _gpu_capabilities() -> list[tuple[str, tuple[int, int] | None]]:
@@ -82,16 +93,78 @@ BFLOAT16_MIN_SPEEDUP = 1.4
 # while the others load the cores.
 SPEEDUP_VARIABLE = "TFACCEL_BFLOAT16_SPEEDUP"
 
+# Where `bfloat16_speedup` keeps its measurement (default: $XDG_CACHE_HOME/tfaccel, else
+# ~/.cache/tfaccel).
+CACHE_VARIABLE = "TFACCEL_CACHE_DIR"
 
-@functools.cache
-def bfloat16_speedup(size: int = 1024, repeats: int = 3) -> float:
-    """How many times as fast a [size, size] matrix product runs in bfloat16 as in float32 on
-    this machine's CPU (about 0.2 s to measure; the answer is kept for the process, and
-    `SPEEDUP_VARIABLE` gives it where a parent measured). The two are timed in turns and each
-    keeps its best time, so a busy machine slows both alike. NaN where the product cannot run
-    in bfloat16 here."""
-    if given := os.environ.get(SPEEDUP_VARIABLE):
-        return float(given)
+
+def cache_dir() -> Path:
+    """The folder of what tfaccel keeps for this machine between runs (`CACHE_VARIABLE`)."""
+    if given := os.environ.get(CACHE_VARIABLE):
+        return Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tfaccel"
+
+
+def _shown(path: Path) -> str:
+    """`path` with the home folder as `~`."""
+    home = os.path.expanduser("~")
+    text = str(path)
+    return (
+        "~" + text[len(home) :] if home not in ("", "/") and text.startswith(home + "/") else text
+    )
+
+
+def speedup_file() -> Path:
+    """The file that keeps `bfloat16_speedup` for this CPU model, core count and TensorFlow."""
+    model = _cpuinfo("model name") or ""
+    machine = f"{model}|{os.cpu_count()} cores|tensorflow {tf.__version__}"
+    digest = hashlib.sha1(machine.encode()).hexdigest()[:12]
+    return cache_dir() / f"bfloat16_speedup-{digest}.json"
+
+
+def _read_speedup(path: Path) -> float | None:
+    """The speedup kept in `path`, or None where there is none (or it is not a timing ratio)."""
+    try:
+        ratio = json.loads(path.read_text())["speedup"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(ratio) if isinstance(ratio, int | float) and 0 < ratio < float("inf") else None
+
+
+def _keep_speedup(path: Path, ratio: float) -> float:
+    """Keeps `ratio` in `path` unless another process kept one first, and returns the one kept
+    (the first writer wins, so that processes measuring at once still choose alike); `ratio`
+    where the folder cannot be written."""
+    record = {
+        "speedup": ratio,
+        "cpu": _cpuinfo("model name") or "",
+        "cores": os.cpu_count(),
+        "tensorflow": tf.__version__,
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+            json.dump(record, f, indent=1)
+        try:
+            os.link(f.name, path)  # fails if the file exists: written whole or not at all
+        except FileExistsError:
+            kept = _read_speedup(path)
+            if kept is not None:
+                return kept
+            os.replace(f.name, path)  # a damaged file: ours replaces it
+        finally:
+            if os.path.exists(f.name):
+                os.unlink(f.name)
+    except OSError:
+        pass
+    return ratio
+
+
+def _measure_speedup(size: int, repeats: int) -> float:
+    """Times a [size, size] matrix product in float32 and in bfloat16, in turns, each keeping
+    its best time (so a busy machine slows both alike); NaN where bfloat16 cannot run here."""
     products = {}
     try:
         with tf.device("/CPU:0"):
@@ -110,6 +183,23 @@ def bfloat16_speedup(size: int = 1024, repeats: int = 3) -> float:
     except tf.errors.OpError:
         return float("nan")
     return best[tf.float32] / best[tf.bfloat16]
+
+
+@functools.cache
+def bfloat16_speedup(size: int = 1024, repeats: int = 5) -> float:
+    """How many times as fast a [size, size] matrix product runs in bfloat16 as in float32 on
+    this machine's CPU. Measured once per machine (about 0.3 s) and kept in `speedup_file()`:
+    every later run on the machine takes that figure, so that the precision `'auto'` chooses,
+    and with it the run a seed gives, does not depend on how busy the machine was at the start
+    of each run. `SPEEDUP_VARIABLE` gives it where a parent process measured. NaN where the
+    product cannot run in bfloat16 here."""
+    if given := os.environ.get(SPEEDUP_VARIABLE):
+        return float(given)
+    path = speedup_file()
+    if (kept := _read_speedup(path)) is not None:
+        return kept
+    ratio = _measure_speedup(size, repeats)
+    return ratio if ratio != ratio else _keep_speedup(path, ratio)
 
 
 def speedup_for_children(gpus: int, cpu_flags=_cpu_flags) -> dict[str, str]:
@@ -150,7 +240,7 @@ def choose_precision(
             )
         measured = (
             f"auto: this CPU has AVX-512 BF16 without AMX, and a bfloat16 matrix product ran "
-            f"{ratio:.2f}x as fast as float32"
+            f"{ratio:.2f}x as fast as float32 (kept for this machine in {_shown(speedup_file())})"
         )
         if ratio >= BFLOAT16_MIN_SPEEDUP:
             return "mixed_bfloat16", measured
