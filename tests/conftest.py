@@ -21,6 +21,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.full)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_cache(tmp_path_factory):
+    """tfaccel's per-machine cache (the bfloat16 timing of `set_precision`'s 'auto') in a folder
+    of the test session, for the tests and every process they start: the tests neither read
+    the user's cache nor leave a figure timed under their load in it."""
+    previous = os.environ.get("TFACCEL_CACHE_DIR")
+    os.environ["TFACCEL_CACHE_DIR"] = str(tmp_path_factory.mktemp("tfaccel_cache"))
+    yield
+    if previous is None:
+        del os.environ["TFACCEL_CACHE_DIR"]
+    else:
+        os.environ["TFACCEL_CACHE_DIR"] = previous
+
+
 @pytest.fixture(autouse=True)
 def clean_gin_and_precision():
     """Each test starts with an empty, unlocked gin config and float32 networks, and leaves

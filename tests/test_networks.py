@@ -221,12 +221,51 @@ def test_the_bfloat16_speedup_is_kept_for_the_machine_so_runs_choose_alike(monke
         # A damaged file is measured again and replaced.
         path.write_text("{")
         assert in_a_new_process() == 2.6 and json.loads(path.read_text())["speedup"] == 2.6
+        # What is not a timing ratio is no kept figure.
+        for text in ('{"speedup": true}', '{"speedup": "2"}', '{"speedup": -1}', "[]",
+                     '{"speedup": NaN}', '{"speedup": 1' + "0" * 400 + "}"):  # fmt: skip
+            path.write_text(text)
+            assert networks._read_speedup(path) is None, text
+        path.write_text('{"speedup": 2.6}')
         # A cache that cannot be written (here: a file where the folder should be) still works.
         monkeypatch.setenv(networks.CACHE_VARIABLE, str(path))
         assert in_a_new_process() == 1.9
         assert list((tmp_path / "cache").iterdir()) == [path]  # no temporary file left
     finally:
         networks.bfloat16_speedup.cache_clear()
+
+
+def test_the_kept_speedup_is_per_kernel_settings_and_survives_a_file_system_without_links(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    native = networks.speedup_file()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # bfloat16 emulated: another figure
+    pinned = networks.speedup_file()
+    assert native != pinned and native.parent == pinned.parent == tmp_path
+
+    def no_links(source, target):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(networks.os, "link", no_links)
+    assert networks._keep_speedup(pinned, 0.7) == 0.7
+    assert networks._read_speedup(pinned) == 0.7  # kept all the same, and readable by others
+    assert pinned.stat().st_mode & 0o044 == 0o044
+    assert networks._keep_speedup(pinned, 2.0) == 0.7  # the first figure still wins
+    assert sorted(tmp_path.iterdir()) == [pinned]  # no temporary file left
+
+
+def test_auto_says_where_the_timing_is_kept_only_where_it_is(monkeypatch, tmp_path):
+    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path))
+    flags = lambda: {"avx512_bf16"}  # noqa: E731
+    precision, why = networks.choose_precision(flags, lambda: [], lambda: 1.27)
+    assert precision == "float32" and why.endswith("as fast as float32 (bfloat16 from 1.4x)")
+    networks._keep_speedup(networks.speedup_file(), 1.27)
+    precision, why = networks.choose_precision(flags, lambda: [], lambda: 1.27)
+    assert precision == "float32" and "(bfloat16 from 1.4x; timed once, kept in " in why
+    precision, why = networks.choose_precision(flags, lambda: [], lambda: 2.0)
+    assert precision == "mixed_bfloat16" and why.endswith("2.00x as fast as float32")
 
 
 def test_set_precision_says_what_it_chose_and_a_binding_overrides():

@@ -115,10 +115,20 @@ def _shown(path: Path) -> str:
     )
 
 
+# Settings of the process that change how fast TensorFlow's kernels run, so they are part of
+# what a kept speedup is for.
+KERNEL_VARIABLES = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
 def speedup_file() -> Path:
-    """The file that keeps `bfloat16_speedup` for this CPU model, core count and TensorFlow."""
+    """The file that keeps `bfloat16_speedup` for this CPU model, core count, TensorFlow
+    version, thread count and kernel settings (`KERNEL_VARIABLES`)."""
     model = _cpuinfo("model name") or ""
-    machine = f"{model}|{os.cpu_count()} cores|tensorflow {tf.__version__}"
+    threads = tf.config.threading.get_intra_op_parallelism_threads()
+    kernels = ",".join(f"{name}={os.environ.get(name, '')}" for name in KERNEL_VARIABLES)
+    machine = (
+        f"{model}|{os.cpu_count()} cores|tensorflow {tf.__version__}|{threads} threads|{kernels}"
+    )
     digest = hashlib.sha1(machine.encode()).hexdigest()[:12]
     return cache_dir() / f"bfloat16_speedup-{digest}.json"
 
@@ -127,9 +137,12 @@ def _read_speedup(path: Path) -> float | None:
     """The speedup kept in `path`, or None where there is none (or it is not a timing ratio)."""
     try:
         ratio = json.loads(path.read_text())["speedup"]
-    except (OSError, ValueError, KeyError, TypeError):
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float):
+            return None
+        ratio = float(ratio)
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return None
-    return float(ratio) if isinstance(ratio, int | float) and 0 < ratio < float("inf") else None
+    return ratio if 0 < ratio < float("inf") else None
 
 
 def _keep_speedup(path: Path, ratio: float) -> float:
@@ -141,24 +154,35 @@ def _keep_speedup(path: Path, ratio: float) -> float:
         "cpu": _cpuinfo("model name") or "",
         "cores": os.cpu_count(),
         "tensorflow": tf.__version__,
+        "threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        **{name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ},
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(handle, "w") as f:
             json.dump(record, f, indent=1)
-        try:
-            os.link(f.name, path)  # fails if the file exists: written whole or not at all
-        except FileExistsError:
-            kept = _read_speedup(path)
-            if kept is not None:
-                return kept
-            os.replace(f.name, path)  # a damaged file: ours replaces it
-        finally:
-            if os.path.exists(f.name):
-                os.unlink(f.name)
+        os.chmod(temporary, 0o644)  # readable by the other users of a shared cache folder
+        for _ in range(2):
+            try:
+                os.link(temporary, path)  # fails if the file exists: written whole or not at all
+                return ratio
+            except FileExistsError:
+                if (kept := _read_speedup(path)) is not None:
+                    return kept
+                path.unlink(missing_ok=True)  # a damaged file: try again without it
+            except OSError:  # a file system without hard links
+                if not path.exists():
+                    os.replace(temporary, path)
+                    temporary = None
+                return _read_speedup(path) or ratio
     except OSError:
         pass
+    finally:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
     return ratio
 
 
@@ -188,10 +212,11 @@ def _measure_speedup(size: int, repeats: int) -> float:
 @functools.cache
 def bfloat16_speedup(size: int = 1024, repeats: int = 5) -> float:
     """How many times as fast a [size, size] matrix product runs in bfloat16 as in float32 on
-    this machine's CPU. Measured once per machine (about 0.3 s) and kept in `speedup_file()`:
-    every later run on the machine takes that figure, so that the precision `'auto'` chooses,
-    and with it the run a seed gives, does not depend on how busy the machine was at the start
-    of each run. `SPEEDUP_VARIABLE` gives it where a parent process measured. NaN where the
+    this machine's CPU. Measured once per machine and kernel settings (about 0.3 s) and kept in
+    `speedup_file()`: every later run there takes that figure, so that the precision `'auto'`
+    chooses, and with it the run a seed gives, does not depend on how busy the machine was at
+    the start of each run (the first figure stays, even one timed under load: delete the file
+    to time it again). `SPEEDUP_VARIABLE` gives it where a parent process measured. NaN where the
     product cannot run in bfloat16 here."""
     if given := os.environ.get(SPEEDUP_VARIABLE):
         return float(given)
@@ -238,13 +263,15 @@ def choose_precision(
                 "float32",
                 "auto: this CPU has AVX-512 BF16, but TensorFlow ran no bfloat16 product",
             )
-        measured = (
+        chosen = "mixed_bfloat16" if ratio >= BFLOAT16_MIN_SPEEDUP else "float32"
+        notes = [] if chosen == "mixed_bfloat16" else [f"bfloat16 from {BFLOAT16_MIN_SPEEDUP}x"]
+        if _read_speedup(path := speedup_file()) == ratio:
+            notes.append(f"timed once, kept in {_shown(path)}")
+        why = (
             f"auto: this CPU has AVX-512 BF16 without AMX, and a bfloat16 matrix product ran "
-            f"{ratio:.2f}x as fast as float32 (kept for this machine in {_shown(speedup_file())})"
+            f"{ratio:.2f}x as fast as float32"
         )
-        if ratio >= BFLOAT16_MIN_SPEEDUP:
-            return "mixed_bfloat16", measured
-        return "float32", f"{measured} (bfloat16 from {BFLOAT16_MIN_SPEEDUP}x)"
+        return chosen, why + (f" ({'; '.join(notes)})" if notes else "")
     return "float32", "auto: this CPU has neither AMX nor AVX-512 BF16 and would emulate bfloat16"
 
 
