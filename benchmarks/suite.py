@@ -9,6 +9,7 @@ side by side with published results.
     .venv/bin/python benchmarks/suite.py run --root=runs/mine --only=a2c --games=pong --seeds=0 \
         --retrain                                       # reproduce a run the kept logs hold
     .venv/bin/python benchmarks/suite.py keep --root=runs/suite              # logs into the repo
+    .venv/bin/python benchmarks/suite.py keep --root=runs/mine --only=appo --retrain  # replace them
     .venv/bin/python benchmarks/suite.py summary --root=benchmarks/results/suite/runs
 
 `run` trains each config x game x seed of the grid (`GRID` below) in its own run directory,
@@ -302,12 +303,16 @@ def run_grid(
     return 1 if failed else 0
 
 
-def keep(root: str, todo: list[Job], into: str = KEPT) -> tuple[list[str], list[str]]:
+def keep(
+    root: str, todo: list[Job], into: str = KEPT, replace: bool = False
+) -> tuple[list[str], list[str]]:
     """Copies the logs of each run that has any (`KEPT_FILES`, not its checkpoints) into
     `into/<entry>/<game>/seed<k>/`, which `summary --root` reads like the run directories
     themselves: a run directory lives on one machine, the suite's figures in the repository.
-    Logs already kept that went further than the run directory's stay as they are.
-    Returns the labels of the runs copied, and of those left alone for that reason."""
+    Logs already kept that went further than the run directory's stay as they are, unless
+    `replace` (a run trained again, e.g. after its preset changed): then the kept logs are
+    those of the run directory alone, whatever they were.
+    Returns the labels of the runs copied, and of those left alone."""
     import shutil
 
     copied, further = [], []
@@ -316,13 +321,15 @@ def keep(root: str, todo: list[Job], into: str = KEPT) -> tuple[list[str], list[
         if not os.path.exists(os.path.join(source, "metrics.csv")):
             continue
         target = job.run_dir(into)
-        if trained_frames(target) > trained_frames(source):
+        if not replace and trained_frames(target) > trained_frames(source):
             further.append(job.label)
             continue
         os.makedirs(target, exist_ok=True)
         for name in KEPT_FILES:
             if os.path.exists(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+            elif os.path.exists(os.path.join(target, name)):
+                os.remove(os.path.join(target, name))  # the older run's, not this one's
         copied.append(job.label)
     return copied, further
 
@@ -361,7 +368,8 @@ def main() -> int:
         "--retrain",
         action="store_true",
         help="run and list: count only the runs under --root, not the committed logs (to "
-        "reproduce a run that they hold)",
+        "reproduce a run that they hold); keep: the runs under --root replace the committed "
+        "logs even where those went further",
     )
     args = parser.parse_args()
     todo = selected(parser, args)
@@ -382,13 +390,16 @@ def main() -> int:
             print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames{where}")
         return 0
     if args.action == "keep":
-        copied, further = keep(args.root, todo)
+        copied, further = keep(args.root, todo, replace=args.retrain)
         if not copied and not further:
             print(f"suite: no run under {args.root} has logs to keep")
         for label in copied:
             print(f"suite: kept the logs of {label} in {os.path.relpath(KEPT)}")
         for label in further:
-            print(f"suite: {label}: the kept logs went further than the run directory; kept")
+            print(
+                f"suite: {label}: the kept logs went further than the run directory; kept "
+                f"(--retrain replaces them)"
+            )
         return 0
     entries = suite_summary.summarize(args.root, jobs())
     if not any(entry["seeds"] for entry in entries):  # would overwrite the summary with blanks

@@ -44,8 +44,8 @@ def test_a_wheel_installs_and_its_commands_run_the_quick_start(tmp_path):
     plotted = sh("tfaccel-plot", "--run_dir=runs/catch", "--out=curves.png", cwd=away, env=env)
     assert "wrote curves.png" in plotted.stdout and (away / "curves.png").exists()
     # Its end-to-end row trains with the installed package's command (there is no bin/ here).
-    # (5 s: a row needs 2 metrics rows, on a loaded machine too)
-    sh("tfaccel-bench", "--seconds=5", "--layouts=", "--inference_layouts=",
+    # (10 s: a row needs 2 metrics rows, on a loaded machine too; 5 s once gave 1)
+    sh("tfaccel-bench", "--seconds=10", "--layouts=", "--inference_layouts=",
        "--training_layouts=1x2", "--peers=", "--json=bench.json", cwd=away, env=env)  # fmt: skip
     rows = json.loads((away / "bench.json").read_text())["results"]
     assert [row["inference"] for row in rows] == ["training"] and rows[0]["sps"] > 0

@@ -169,6 +169,25 @@ def test_a_run_finished_in_the_kept_logs_is_neither_trained_again_nor_overwritte
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_run_trained_again_replaces_the_kept_logs_only_when_asked(tmp_path):
+    """After a preset changes, its rerun replaces the older run's kept logs, which went 32
+    frames further: `keep --retrain`. Without it they stay."""
+    runs, kept = str(tmp_path / "runs"), str(tmp_path / "kept")
+    write_run(f"{kept}/appo/breakout/seed0", [(5_000_000, 20.0), (10_000_032, 51.0)])
+    with open(f"{kept}/appo/breakout/seed0/eval.csv", "w") as handle:
+        handle.write("env_frames,score\n10000032,50\n")  # the older run's evaluation
+    write_run(f"{runs}/appo/breakout/seed0", [(5_000_000, 40.0), (10_000_000, 90.0)])
+    (job,) = suite.jobs({"appo"}, {"breakout"}, {0})
+    assert suite.keep(runs, [job], kept) == ([], ["appo/breakout/seed0"])
+    assert summary.trained_frames(f"{kept}/appo/breakout/seed0") == 10_000_032
+    assert suite.keep(runs, [job], kept, replace=True) == (["appo/breakout/seed0"], [])
+    assert summary.trained_frames(f"{kept}/appo/breakout/seed0") == 10_000_000
+    assert sorted(os.listdir(f"{kept}/appo/breakout/seed0")) == [
+        "metrics.csv",
+        "operative_config.gin",
+    ]
+
+
 def test_a_seed_short_of_the_others_does_not_cut_their_curve():
     finished = [(0, -21.0), (20_000_000, 18.0), (40_000_000, 20.0)]
     started = [(0, -21.0), (600_000, -20.0)]

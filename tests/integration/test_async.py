@@ -60,7 +60,7 @@ def test_appo_runs_with_smoke(tmp_path, config):
     config_text = (tmp_path / "operative_config.gin").read_text()
     assert (
         "train_async.learners = 2" in config_text
-        and "train.learning_rate = 6.25e-05" in config_text
+        and "train.learning_rate = 0.000125" in config_text
     )
     assert (tmp_path / "policy" / "saved_model.pb").exists()
 
