@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from tfaccel.bench.memory import rss_mib, shm_used_mib  # noqa: E402
+from tfaccel.bench.memory import plot_memory, rss_mib, shm_used_mib  # noqa: E402
 from tfaccel.bench.results import git_revision  # noqa: E402
 from tfaccel.envs.atari import AtariConfig  # noqa: E402
 from tfaccel.envs.pool import EnvPool  # noqa: E402
@@ -58,6 +58,7 @@ def main():
                 samples.append(
                     {"t": now - begin, "steps": steps, "rss_mib": rss, "shm_mib": shm_used_mib()}
                 )
+        elapsed = time.perf_counter() - begin  # the steps above, not those up to the last sample
         for group in (0, 1):
             pool.recv(group)
     shm_after = shm_used_mib()
@@ -69,7 +70,7 @@ def main():
         "seconds": args.seconds,
         "start_seconds": start_seconds,
         "agent_steps": steps,
-        "sps": steps / samples[-1]["t"] if samples[-1]["t"] else 0.0,
+        "sps": steps / elapsed,
         "games_finished": games,
         "rss_growth_after_warmup": growth,
         "shm_mib_before": shm_before,
@@ -88,25 +89,13 @@ def main():
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        figure, axes = plt.subplots(figsize=(6, 3.5))
-        axes.plot(
-            [s["t"] for s in samples],
-            [s["rss_mib"] for s in samples],
-            label="RSS, caller + workers",
+        plot_memory(
+            args.plot,
+            samples,
+            {"RSS, caller + workers": "rss_mib", "/dev/shm used": "shm_mib"},
+            f"{pool.num_envs}-env Pong pool, {args.workers} workers",
+            in_minutes=False,
         )
-        axes.plot([s["t"] for s in samples], [s["shm_mib"] for s in samples], label="/dev/shm used")
-        axes.set_xlabel("seconds")
-        axes.set_ylabel("MiB")
-        axes.set_ylim(bottom=0)
-        axes.set_title(f"{pool.num_envs}-env Pong pool, {args.workers} workers")
-        axes.legend()
-        figure.tight_layout()
-        figure.savefig(args.plot, dpi=110)
 
 
 if __name__ == "__main__":

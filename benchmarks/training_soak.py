@@ -30,7 +30,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tfaccel.bench.memory import descendants, rss_mib, shm_used_mib, state  # noqa: E402
+from tfaccel.bench.memory import (  # noqa: E402
+    descendants,
+    plot_memory,
+    rss_mib,
+    shm_used_mib,
+    state,
+)
 from tfaccel.bench.results import write_json  # noqa: E402
 
 
@@ -120,23 +126,13 @@ def main():
         f"{result['max_zombies']}; /dev/shm {shm_before:.1f} -> {result['shm_mib_after']:.1f} "
         f"MiB; processes left: {left or 'none'}"
     )
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 3.5))
-    minutes = [s["t"] / 60 for s in samples]
-    axes.plot(minutes, [s["rss_mib"] for s in samples], label="RSS, trainer + workers")
-    axes.plot(minutes, [s["shm_mib"] for s in samples], label="/dev/shm used")
-    axes.axvline(warm / 60, color="gray", linestyle=":", label="growth measured from here")
-    axes.set_xlabel("minutes")
-    axes.set_ylabel("MiB")
-    axes.set_ylim(bottom=0)
-    axes.set_title(f"{args.name}: {growth:+.1%} RSS after warm-up")
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(f"{out}.png", dpi=110)
+    plot_memory(
+        f"{out}.png",
+        samples,
+        {"RSS, trainer + workers": "rss_mib", "/dev/shm used": "shm_mib"},
+        f"{args.name}: {growth:+.1%} RSS after warm-up",
+        mark=(warm, "growth measured from here"),
+    )
 
 
 if __name__ == "__main__":
