@@ -1,19 +1,31 @@
 """tfaccel.bench.memory's figures of a process tree and benchmarks/run_memory.py, which sums
 them over a training run's processes."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
-import numpy as np
 import pytest
 
+from tfaccel import run_dir
 from tfaccel.bench import memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import run_memory  # noqa: E402
+
+# A process that writes 64 MiB, then forks a child that forks a grandchild: the three share
+# the block's pages (copy-on-write, never written again) and sleep.
+SHARED_BLOCK_TREE = """
+import os, time
+block = bytearray(b"\\x01") * (64 << 20)
+if os.fork() == 0:
+    os.fork()
+time.sleep(60)
+"""
 
 
 def _gone_pid() -> int:
@@ -22,46 +34,77 @@ def _gone_pid() -> int:
     return child.pid
 
 
-def test_pss_counts_this_process_and_grows_with_what_it_touches():
-    before = memory.pss_mib(os.getpid())
-    assert 0 < before <= memory.rss_mib(os.getpid()) + 1
-    block = np.ones(64 << 20, np.uint8)  # 64 MiB, every page written
-    assert memory.pss_mib(os.getpid()) >= before + 60
-    del block
+def _wait_for_descendants(pid: int, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while len(memory.descendants(pid)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the block is written before the first fork
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    for pid in memory.descendants(process.pid):
+        os.kill(pid, 9)
+    process.kill()
+    process.wait()
+
+
+def test_a_sample_counts_the_whole_tree_and_shared_pages_once_in_pss():
+    tree = subprocess.Popen([sys.executable, "-c", SHARED_BLOCK_TREE])
+    try:
+        _wait_for_descendants(tree.pid, 2)
+        figures = run_memory.sample(tree.pid)
+        assert figures["processes"] == 3  # the grandchild too
+        assert figures["rss_mib"] >= 3 * 64  # each resident set holds the block
+        assert 64 <= figures["pss_mib"] <= figures["rss_mib"] - 2 * 60  # PSS: the block once
+        assert memory.pss_mib(tree.pid) < memory.rss_mib(tree.pid) - 30  # a third of it each
+    finally:
+        _kill_tree(tree)
     assert memory.pss_mib(_gone_pid()) == 0 and memory.rss_mib(_gone_pid()) == 0
 
 
-def test_a_sample_sums_the_trainer_and_every_process_below_it(tmp_path):
-    script = (
-        "import subprocess, sys, time; "
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        for _ in range(100):  # until the grandchild runs
-            if memory.descendants(parent.pid):
-                break
-            subprocess.run(["sleep", "0.05"])
-        tree = [parent.pid] + memory.descendants(parent.pid)
-        figures = run_memory.sample(parent.pid)
-        assert figures["processes"] == len(tree) == 2
-        assert figures["rss_mib"] == pytest.approx(sum(memory.rss_mib(p) for p in tree), rel=0.2)
-        assert 0 < figures["pss_mib"] <= figures["rss_mib"] + 1
-        (tmp_path / ".lock").write_text(f"pid {parent.pid}: train --gin_file=a2c.gin")
-        assert run_memory.trainer_pid(str(tmp_path)) == parent.pid
-    finally:
-        for pid in memory.descendants(parent.pid):
-            os.kill(pid, 9)
-        parent.kill()
-        parent.wait()
-
-
-def test_a_run_directory_without_a_live_trainer_is_named_in_one_line(tmp_path):
+def test_the_trainer_is_the_live_holder_of_the_run_directory_lock(tmp_path):
+    directory = str(tmp_path)
     with pytest.raises(SystemExit, match="no .lock naming a pid"):
-        run_memory.trainer_pid(str(tmp_path))
-    (tmp_path / ".lock").write_text(f"pid {_gone_pid()}: train --gin_file=a2c.gin")
-    with pytest.raises(SystemExit, match="is not running"):
-        run_memory.trainer_pid(str(tmp_path))
+        run_memory.trainer_pid(directory)
+    run_dir.take_lock(directory)  # as a trainer does: its pid and command
+    try:
+        assert run_memory.trainer_pid(directory) == os.getpid()
+    finally:
+        run_dir.release_lock(directory)
+    # The file stays and names a live pid (this one, as a reused pid would): nobody holds it.
+    with pytest.raises(SystemExit, match="no run is training in .* has ended"):
+        run_memory.trainer_pid(directory)
+
+
+def test_watching_a_run_to_its_end_writes_its_peaks_and_frames(tmp_path):
+    directory, out = tmp_path / "run", tmp_path / "out"
+    directory.mkdir()
+    (directory / "metrics.csv").write_text("env_frames,agent_steps\n1000,250\n")
+    holder = (
+        "import fcntl, os, time\n"
+        f"descriptor = os.open({str(directory / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(descriptor, fcntl.LOCK_EX)\n"
+        "os.write(descriptor, f'pid {os.getpid()}: train --gin_file=a2c.gin'.encode())\n"
+        "time.sleep(2.5)\n"
+    )
+    trainer = subprocess.Popen([sys.executable, "-c", holder])
+    try:
+        lock, deadline = directory / ".lock", time.monotonic() + 20
+        while not (lock.exists() and lock.read_text()):  # written once the flock is held
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        run_memory.main(
+            [f"--run_dir={directory}", "--name=toy", "--interval=0.2", f"--out_dir={out}"]
+        )
+    finally:
+        trainer.kill()
+        trainer.wait()
+    result = json.loads((out / "toy.json").read_text())
+    assert result["ended_while_watched"] is True
+    assert result["env_frames_watched"] == [1000, 1000]
+    assert result["peak_processes"] == 1 and 0 < result["peak_pss_mib"] <= result["peak_rss_mib"]
+    assert all(s["rss_mib"] > 0 for s in result["samples"])  # none taken as it ended
+    assert (out / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_memory_draws_the_named_series_into_a_png(tmp_path):
