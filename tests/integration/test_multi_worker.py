@@ -47,6 +47,14 @@ def listens(pid: int, port: int) -> bool:
     return False
 
 
+def _sigint_as_a_shell_starts_it(ignored: bool) -> None:
+    """In a worker just forked: SIGINT unblocked and default (or ignored, as `cmd &` in a
+    script), whatever earlier tests in this pytest process left in the mask and handler that a
+    child inherits."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.SIG_DFL)
+
+
 def trained_values(checkpoint_dir):
     reader = tf.train.load_checkpoint(checkpoint_dir)
     names = sorted(
@@ -150,7 +158,7 @@ def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path, ignored):
          "--gin_file=catch_a2c.gin", "--gin_file=distribute/multi_worker.gin"],
         cwd=ROOT, env={**os.environ, "TF_CONFIG": config}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
+        preexec_fn=lambda: _sigint_as_a_shell_starts_it(ignored),
     )  # fmt: skip
     try:
         deadline = time.time() + 120
