@@ -48,8 +48,9 @@ def _held(path: str) -> bool:
     return False
 
 
-def trainer_pid(run_dir: str) -> int:
-    """The pid that `run_dir`'s lock names (`pid N: ...`) while a live process holds it."""
+def trainer_pid(run_dir: str) -> tuple[int, str]:
+    """The pid that `run_dir`'s lock names (`pid N: ...`) while a live process holds it, and
+    the lock's text (the trainer's command)."""
     path = os.path.join(run_dir, LOCK)
     try:
         with open(path) as lock:
@@ -62,7 +63,7 @@ def trainer_pid(run_dir: str) -> int:
     if not _held(path) or state(pid) in ("", "Z"):
         raise SystemExit(f"error: no run is training in {run_dir}: the one its {LOCK} names "
                          f"({text}) has ended")  # fmt: skip
-    return pid
+    return pid, text
 
 
 def sample(pid: int) -> dict:
@@ -111,9 +112,7 @@ def main(argv=None):
     parser.add_argument("--interval", type=float, default=15, help="seconds between samples")
     parser.add_argument("--out_dir", default=os.path.join(ROOT, "benchmarks", "results", "memory"))
     args = parser.parse_args(argv)
-    pid = trainer_pid(args.run_dir)
-    with open(os.path.join(args.run_dir, LOCK)) as lock:
-        trainer = lock.read().strip()
+    pid, trainer = trainer_pid(args.run_dir)
     first_frames = frames_so_far(args.run_dir)
     samples, ended = watch(pid, args.minutes, args.interval)
     if not samples:

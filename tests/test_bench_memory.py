@@ -68,7 +68,8 @@ def test_the_trainer_is_the_live_holder_of_the_run_directory_lock(tmp_path):
         run_memory.trainer_pid(directory)
     run_dir.take_lock(directory)  # as a trainer does: its pid and command
     try:
-        assert run_memory.trainer_pid(directory) == os.getpid()
+        pid, text = run_memory.trainer_pid(directory)
+        assert pid == os.getpid() and text.startswith(f"pid {pid}: ")
     finally:
         run_dir.release_lock(directory)
     # The file stays and names a live pid (this one, as a reused pid would): nobody holds it.

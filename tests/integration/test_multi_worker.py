@@ -25,28 +25,6 @@ def wait_until_both_train(root_dir, workers):
         time.sleep(0.5)
 
 
-def listens(pid: int, port: int) -> bool:
-    """Whether process `pid` itself holds a socket listening on `port` (a probe's connection
-    could reach another process that took the same free port meanwhile)."""
-    sockets = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            sockets.add(target[len("socket:[") : -1])
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as rows:
-            next(rows)  # the header
-            for row in rows:
-                fields = row.split()  # local address:port (hex), ..., state, ..., inode
-                listening = fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
-                if listening and fields[9] in sockets:
-                    return True
-    return False
-
-
 def _sigint_as_a_shell_starts_it(ignored: bool) -> None:
     """In a worker just forked: SIGINT unblocked and default (or ignored, as `cmd &` in a
     script), whatever earlier tests in this pytest process left in the mask and handler that a
@@ -162,8 +140,11 @@ def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path, ignored):
     )  # fmt: skip
     try:
         deadline = time.time() + 120
-        while not listens(worker.pid, ports[0]):  # its server: it is at the join
+        while True:  # its server listens: it is at the join, or just before it
             assert worker.poll() is None and time.time() < deadline
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", ports[0])) == 0:
+                    break
             time.sleep(0.5)
         time.sleep(3)  # well inside the wait
         worker.send_signal(signal.SIGINT)
