@@ -422,6 +422,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path, tra
     [
         pytest.param("ppo.gin", {"approx_kl", "clip_fraction"}, marks=pytest.mark.fast),
         ("reference/a2c_stooke2018_256envs.gin", {"policy_loss", "entropy"}),
+        ("reference/a2c_baselines.gin", {"policy_loss", "entropy"}),
         ("a2c_bf16.gin", {"policy_loss", "entropy"}),
     ],
 )
@@ -433,6 +434,10 @@ def test_every_config_runs_with_smoke(tmp_path, config, columns):
     assert int(table[-1]["env_frames"]) >= 2000
     assert columns <= set(table[-1])
     assert (tmp_path / "policy" / "saved_model.pb").exists()
+    if config == "reference/a2c_baselines.gin":  # Baselines' frames: the whole screen, 84x84
+        described = json.loads((tmp_path / "policy" / "tfaccel_policy.json").read_text())
+        assert described["observation"]["shape"] == [84, 84, 4]
+        assert described["preprocessing"]["crop_top"] == 0
     if config == "a2c_bf16.gin":  # its rate is constant, and its torso computes in bfloat16
         assert [float(row["learning_rate"]) for row in table] == pytest.approx([7e-4] * len(table))
         assert (
@@ -442,7 +447,11 @@ def test_every_config_runs_with_smoke(tmp_path, config, columns):
         return
     # The learning rate falls linearly with the frames done, however many SGD steps an update
     # takes (PPO: epochs x minibatches); one rollout of frames may still be ahead of the row.
-    initial = {"ppo.gin": 2.5e-4, "reference/a2c_stooke2018_256envs.gin": 1.4e-3}[config]
+    initial = {
+        "ppo.gin": 2.5e-4,
+        "reference/a2c_stooke2018_256envs.gin": 1.4e-3,
+        "reference/a2c_baselines.gin": 7e-4,
+    }[config]
     for row in table:
         remaining = 1 - int(row["env_frames"]) / 2000
         assert float(row["learning_rate"]) == pytest.approx(initial * remaining, abs=0.25 * initial)
