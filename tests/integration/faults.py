@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from tests import shm
-from tests.integration.test_train import ROOT, logged_frames, rows, train
+from tests.integration.commands import ROOT, logged_frames, rows, train
 from tfaccel.bench.memory import descendants, state
 from tfaccel.envs.worker import WORKER_NAME
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tests import shm
 from tests.fakes import as_from_a_terminal
 from tests.integration.cluster import start_cluster
-from tests.integration.test_train import ROOT, rows, train
+from tests.integration.commands import ROOT, rows, train
 from tfaccel.bench.memory import descendants, state
 
 

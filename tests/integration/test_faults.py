@@ -5,7 +5,7 @@ with at most one checkpoint interval lost, logs each frame once, and leaves no p
 import pytest
 
 from tests.integration import faults
-from tests.integration.test_train import rows
+from tests.integration.commands import rows
 
 # A2C on Pong at smoke scale, long enough to strike mid-run: a row every 400 frames, a checkpoint
 # every 1,200.

@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from tests.integration.test_train import ROOT, TIMING, rows, train
+from tests.integration.commands import ROOT, TIMING, rows, train
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 

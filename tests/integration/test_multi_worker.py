@@ -122,7 +122,7 @@ def test_ctrl_c_ends_a_worker_that_waits_for_its_peers(tmp_path, ignored):
     import subprocess
     import sys
 
-    from tests.integration.test_train import ROOT
+    from tests.integration.commands import ROOT
 
     ports = []
     for _ in range(2):
@@ -166,7 +166,7 @@ def test_a_worker_whose_port_is_taken_says_so_in_one_line(tmp_path):
     import subprocess
     import sys
 
-    from tests.integration.test_train import ROOT
+    from tests.integration.commands import ROOT
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -197,7 +197,7 @@ def test_workers_given_clusters_of_different_sizes_say_so_in_one_line(tmp_path):
     import subprocess
     import sys
 
-    from tests.integration.test_train import ROOT
+    from tests.integration.commands import ROOT
 
     sockets = [socket.socket() for _ in range(3)]
     for sock in sockets:
