@@ -216,6 +216,56 @@ def test_fused_adam_follows_keras_adam_and_resumes_from_its_checkpoints(tmp_path
         np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
 
 
+def numpy_rmsprop(start, steps, rate, rho, epsilon, initial_mean_square):
+    """TensorFlow 1's RMSProp, slowly: the twin of `make_rmsprop` on sum(v^4 / 4 - v / 2)."""
+    variable, mean_square = start.astype(np.float64), np.full(start.shape, initial_mean_square)
+    for _ in range(steps):
+        gradient = variable**3 - 0.5
+        mean_square = rho * mean_square + (1 - rho) * gradient**2
+        variable = variable - rate * gradient / np.sqrt(mean_square + epsilon)
+    return variable
+
+
+def test_rmsprop_starts_its_mean_square_at_one_as_tensorflow_1_did(tmp_path):
+    # One step at rate 0.1, decay 0.99, epsilon 1e-5, on a gradient of 3: from 1 (TensorFlow 1,
+    # PAAC's and Baselines' runs) the mean square is 0.99 + 0.01 * 9 = 1.08 and the step
+    # 0.3 / sqrt(1.08001) = 0.2887; from 0 (Keras) it is 0.09 and the step 0.3 / sqrt(0.09001)
+    # = 0.99994, ten times the rate.
+    for start, step in ((1.0, 0.2886738), (0.0, 0.9999444)):
+        variable = tf.Variable([2.0])
+        rmsprop = learner.make_rmsprop(0.1, epsilon=1e-5, initial_mean_square=start)
+        rmsprop.apply_gradients([(tf.constant([3.0]), variable)])
+        np.testing.assert_allclose(variable.numpy(), [2.0 - step], rtol=1e-6)
+
+    start = np.random.default_rng(0).normal(size=(5, 7)).astype(np.float32)
+    expected = numpy_rmsprop(start, 40, 1e-2, 0.99, 1e-5, 1.0)
+
+    def trained(optimizer, variable, steps):
+        for _ in range(steps):
+            optimizer.apply_gradients([(variable**3 - 0.5, variable)])
+        return variable.numpy()
+
+    variable, rmsprop = tf.Variable(start), learner.make_rmsprop(1e-2, epsilon=1e-5)
+    np.testing.assert_allclose(trained(rmsprop, variable, 40), expected, rtol=1e-4, atol=1e-5)
+    # Saved after 20 steps and restored into a new optimizer, which starts from 1 itself: the
+    # checkpoint's mean square wins, and the 20 steps after it are the same.
+    variable, rmsprop = tf.Variable(start), learner.make_rmsprop(1e-2, epsilon=1e-5)
+    trained(rmsprop, variable, 20)
+    path = tf.train.Checkpoint(optimizer=rmsprop, variable=variable).save(str(tmp_path / "c"))
+    resumed, again = tf.Variable(start), learner.make_rmsprop(1e-2, epsilon=1e-5)
+    again.build([resumed])
+    tf.train.Checkpoint(optimizer=again, variable=resumed).restore(path).assert_consumed()
+    np.testing.assert_allclose(trained(again, resumed, 20), expected, rtol=1e-4, atol=1e-5)
+    # Under a strategy too (the learner builds its optimizer in the strategy's scope).
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        mirrored = learner.make_rmsprop(1e-2)
+        mirrored.build([tf.Variable(start)])
+    (velocity,) = [v for v in mirrored.variables if "velocity" in v.path]
+    assert float(np.min(velocity)) == float(np.max(velocity)) == 1.0
+    with pytest.raises(ValueError, match="make_rmsprop.initial_mean_square must be at least 0"):
+        learner.make_rmsprop(1e-2, initial_mean_square=-1.0)
+
+
 def test_warm_up_rises_linearly_then_follows_the_rate_or_its_decay():
     constant = learner.warm_up(1e-2, 10)
     steps = (0, 4, 9, 10, 500)

@@ -32,11 +32,38 @@ LossFn = Callable[[keras.Model, object], tuple[tf.Tensor, dict]]
 NONFINITE_NONE, NONFINITE_LOSS, NONFINITE_NORM = -2, -1, -3
 
 
-def make_rmsprop(learning_rate, rho: float = 0.99, epsilon: float = 0.1) -> keras.Optimizer:
-    """RMSProp as in PAAC (Clemente et al., 2017): decay 0.99, epsilon 0.1."""
+def make_rmsprop(
+    learning_rate, rho: float = 0.99, epsilon: float = 0.1, initial_mean_square: float = 1.0
+) -> keras.Optimizer:
+    """RMSProp as TensorFlow 1 ran it for PAAC (Clemente et al., 2017: decay 0.99, epsilon 0.1)
+    and OpenAI Baselines' A2C (epsilon 1e-5): epsilon inside the square root, the mean square of
+    the gradients starting at 1 (`initial_mean_square`; Keras and PyTorch start it at 0).
+
+    From 0, the first step of a weight is lr * g / sqrt((1 - rho) * g**2 + epsilon), about
+    1 / sqrt(1 - rho) = 10 times the rate at rho 0.99, and the steps stay above the rate for the
+    first few hundred updates; from 1 they start below it.
+    """
     check_positive(epsilon, "make_rmsprop.epsilon", "0.1")
     check_range(rho, "make_rmsprop.rho", 0, 1)
-    return keras.optimizers.RMSprop(learning_rate=learning_rate, rho=rho, epsilon=epsilon)
+    check_range(initial_mean_square, "make_rmsprop.initial_mean_square", 0)
+    return RMSpropFrom(initial_mean_square, learning_rate=learning_rate, rho=rho, epsilon=epsilon)
+
+
+class RMSpropFrom(keras.optimizers.RMSprop):
+    """Keras's RMSprop with its mean square of the gradients (`velocity`) starting at
+    `initial_mean_square` rather than 0; a checkpoint restores it as Keras's."""
+
+    def __init__(self, initial_mean_square: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.initial_mean_square = float(initial_mean_square)
+
+    def add_optimizer_variables(self, trainable_variables, name, initializer="zeros"):
+        if name == "velocity":  # the only slot of a plain (not centered, no momentum) RMSprop
+            initializer = keras.initializers.Constant(self.initial_mean_square)
+        return super().add_optimizer_variables(trainable_variables, name, initializer)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "initial_mean_square": self.initial_mean_square}
 
 
 def make_adam(learning_rate, epsilon: float = 1e-5) -> keras.Optimizer:
