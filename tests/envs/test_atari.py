@@ -10,7 +10,7 @@ import pytest
 from ale_py import roms
 
 from tfaccel.envs.atari import AtariConfig, canonical_game, game_names
-from tfaccel.envs.frames import FrameStack, Resizer, area_matrix
+from tfaccel.envs.frames import FrameStack, Resizer, area_matrix, area_weights, taps
 
 
 def test_game_names_accept_snake_and_camel_case():
@@ -51,6 +51,20 @@ def test_halving_fast_path_equals_area_matrices():
     general = Resizer((208, 160), (104, 80))
     general.halves = False
     np.testing.assert_array_equal(general(frame), expected)
+
+
+def test_taps_worked_example_and_the_resize_equals_the_weight_matrices():
+    cells, weights = taps(area_weights(3, 2))
+    np.testing.assert_array_equal(cells, [[0, 1], [1, 2]])
+    np.testing.assert_array_equal(weights, [[2, 1], [1, 2]])
+    rng = np.random.default_rng(1)
+    for in_shape, out_shape in (((210, 160), (84, 84)), ((250, 160), (84, 84)), ((9, 7), (4, 3))):
+        frame = rng.integers(0, 256, in_shape, dtype=np.uint8)
+        rows, cols = (area_weights(n, m) for n, m in zip(in_shape, out_shape, strict=True))
+        sums = rows @ frame.astype(np.int64) @ cols.T  # the same integers, by matrices
+        area = in_shape[0] * in_shape[1]
+        expected = (2 * sums + area) // (2 * area)
+        np.testing.assert_array_equal(Resizer(in_shape, out_shape)(frame), expected)
 
 
 @pytest.mark.parametrize("depth", [4, 3])
