@@ -58,10 +58,13 @@ class Resizer:
             )
         self.halves = (h, w) == (2 * height, 2 * width)
         self.identity = (h, w) == (height, width)
-        self._row_taps = taps(area_weights(h, height))
-        self._col_taps = taps(area_weights(w, width))
         self._area = h * w  # the sum of an output pixel's weights
-        self._sum_type = np.int32 if (2 * 255 + 1) * h * w < 2**31 else np.int64
+        sum_type = np.int32 if (2 * 255 + 1) * self._area < 2**31 else np.int64
+        row_cells, row_weights = taps(area_weights(h, height))
+        col_cells, col_weights = taps(area_weights(w, width))
+        # The weights in the sums' type: their product with a uint8 frame is of that type.
+        self._row_taps = row_cells, row_weights.astype(sum_type)[:, :, None]  # [K, H, 1]
+        self._col_taps = col_cells, col_weights.astype(sum_type)  # [K, W]
         self._pair_rows = scratch((height, w), np.uint16, "resize-rows")
         self._out = scratch((height, width), np.uint16, "resize-out")
         self._frame = scratch((height, width), np.uint8, "resize-frame")
@@ -80,9 +83,9 @@ class Resizer:
             np.copyto(self._frame, out, casting="unsafe")
             return self._frame
         (row_cells, row_weights), (col_cells, col_weights) = self._row_taps, self._col_taps
-        rows = row_weights[0, :, None] * frame[row_cells[0]].astype(self._sum_type)  # [H, w]
+        rows = row_weights[0] * frame[row_cells[0]]  # [H, w]
         for cells, weights in zip(row_cells[1:], row_weights[1:], strict=True):
-            rows += weights[:, None] * frame[cells]
+            rows += weights * frame[cells]
         sums = col_weights[0] * rows[:, col_cells[0]]  # [H, W]
         for cells, weights in zip(col_cells[1:], col_weights[1:], strict=True):
             sums += weights * rows[:, cells]
