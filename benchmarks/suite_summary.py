@@ -90,13 +90,16 @@ def load_reference(kind_agent: str, game: str, frames: int) -> dict | None:
             "high": mean,
             "cite": (agent, "Schulman et al. 2017, Table 6"),
         }
-    if kind == "baselines":  # ppo2's curve, read at `frames`
+    if kind == "baselines":  # a curve of Baselines' benchmark page, read at `frames`
         import numpy as np
 
-        with open(os.path.join(REFERENCES, "baselines_ppo2_atari10m.json")) as handle:
+        algorithm = {"PPO": "ppo2", "A2C": "a2c"}.get(agent)
+        if algorithm is None:
+            return None
+        with open(os.path.join(REFERENCES, f"baselines_{algorithm}_atari10m.json")) as handle:
             document = json.load(handle)
         points = sorted(document["curves"].get(camel(game), []))
-        if agent != "PPO" or not points or points[-1][0] < 0.99 * frames:
+        if not points or points[-1][0] < 0.99 * frames:
             return None
         frames_at, scores = zip(*points, strict=True)
         mean = round(float(np.interp(frames, frames_at, scores)), 2)
@@ -107,7 +110,7 @@ def load_reference(kind_agent: str, game: str, frames: int) -> dict | None:
             "mean": mean,
             "low": mean,  # only the mean over 6 runs is published
             "high": mean,
-            "cite": ("ppo2", f"OpenAI Baselines, 6 runs, at {frames / 1e6:g}M frames"),
+            "cite": (algorithm, f"OpenAI Baselines, 6 runs, at {frames / 1e6:g}M frames"),
             "curve": [[f, score, score, score] for f, score in points],
         }
     raise ValueError(f"unknown reference kind {kind!r}; valid: dopamine, schulman2017, baselines")
@@ -157,7 +160,8 @@ def seed_summary(run_dir: str, target: float | None = None) -> dict | None:
 
 def summarize(root: str, jobs: list) -> list[dict]:
     """One entry per config x game of `jobs` (the suite's `Job`s), with its seeds' figures
-    under `root`, its reference and its verdict."""
+    under `root`, its reference and its verdict, and the published curve drawn beside the
+    reference (`context`, or None)."""
     entries = {}
     for job in jobs:
         key = (job.entry.name, job.game)
@@ -171,6 +175,9 @@ def summarize(root: str, jobs: list) -> list[dict]:
                 "sticky_action_prob": job.entry.sticky_action_prob,
                 "seeds": {},
                 "reference": load_reference(job.entry.reference, job.game, job.entry.frames),
+                "context": load_reference(job.entry.context, job.game, job.entry.frames)
+                if job.entry.context
+                else None,
             },
         )
         reference = entry["reference"]
@@ -246,12 +253,13 @@ def draw(entries: list[dict], games: tuple[str, ...], path: str) -> None:
                 label = f"{entry['entry']} ({seeds_text(entry['finished_seeds'], len(curves))})"
                 axis.plot(grid / 1e6, mean, color=color, label=label)
                 axis.fill_between(grid / 1e6, low, high, color=color, alpha=0.2)
-            if reference := entry["reference"]:  # one file may hold several agents' figures
-                key = (reference["source"], reference["protocol"])  # one curve, or a point:
-                key += () if "curve" in reference else (reference["mean"],)  # at its frames
-                shared.setdefault(key, []).append(entry)
-        for held in shared.values():
-            _draw_reference(axis, held)
+            for which in ("reference", "context"):  # one file may hold several agents'
+                if reference := entry[which]:  # figures: one curve, or a point at its frames
+                    key = (which, reference["source"], reference["protocol"])
+                    key += () if "curve" in reference else (reference["mean"],)
+                    shared.setdefault(key, []).append(entry)
+        for (which, *_), held in shared.items():
+            _draw_reference(axis, held, which)
         axis.set_title(title(game))
         axis.set_xlabel("env frames (M)")
         axis.set_ylabel("raw score, last 20 games")
@@ -262,17 +270,21 @@ def draw(entries: list[dict], games: tuple[str, ...], path: str) -> None:
     fig.savefig(path, dpi=90)
 
 
-def _draw_reference(axis, held: list[dict]) -> None:
-    """One reference on a game's panel, in the colour of the first entry `held` to it and named
-    after them all: a curve to the furthest of their frames, or a point with its range."""
+def _draw_reference(axis, held: list[dict], which: str = "reference") -> None:
+    """One reference (`which`: the entries' "reference" or their "context") on a game's panel,
+    in the colour of the first entry `held` to it and named after them all: a curve to the
+    furthest of their frames (dashed; a context dotted), or a point with its range."""
     import numpy as np
 
-    reference, names = held[0]["reference"], ", ".join(dict.fromkeys(e["entry"] for e in held))
+    reference, names = held[0][which], ", ".join(dict.fromkeys(e["entry"] for e in held))
     color = COLORS.get(held[0]["entry"], "black")
     if "curve" in reference:
         x, mean, low, high = np.array(reference["curve"]).T
         cut = x <= max(e["frames"] for e in held) * 1.0001
-        axis.plot(x[cut] / 1e6, mean[cut], "--", color=color, label=f"{names} ref.")
+        agent, name = reference["cite"]
+        style, label = ("--", f"{names} ref.") if which == "reference" else (":", "")
+        label = label or f"{names}: {name.split(',')[0]} {agent}"
+        axis.plot(x[cut] / 1e6, mean[cut], style, color=color, label=label)
         axis.fill_between(x[cut] / 1e6, low[cut], high[cut], color=color, alpha=0.08)
         return
     frames = reference.get("frames") or held[0]["frames"]  # a point: the same figure for all
@@ -296,7 +308,8 @@ def table(entries: list[dict]) -> str:
         game = title(e["game"]).replace("*", "\\*")  # Markdown
         lines.append(
             f"| `{e['config']}` | {game} | {e['frames'] / 1e6:g}M | {count} | {_score_cell(e)} | "
-            f"{_reference_cell(e['reference'])} | {e['verdict']} | {_reached_cell(e)} |"
+            f"{_reference_cell(e['reference'], e['context'])} | {e['verdict']} | "
+            f"{_reached_cell(e)} |"
         )
     return "\n".join(lines)
 
@@ -311,14 +324,17 @@ def _score_cell(entry: dict) -> str:
     return f"{mean:,.1f} (seeds {low:,.1f} to {high:,.1f})"
 
 
-def _reference_cell(reference: dict | None) -> str:
+def _reference_cell(reference: dict | None, context: dict | None = None) -> str:
+    """The reference as `agent mean[, seeds low to high] (source)`, and its context after
+    "beside it"."""
     if reference is None:
         return "none published"
     agent, name = reference["cite"]
     spread = ""
     if reference["low"] < reference["high"]:
         spread = f", seeds {reference['low']:,.1f} to {reference['high']:,.1f}"
-    return f"{agent} {reference['mean']:,.1f}{spread} ({name})"
+    cell = f"{agent} {reference['mean']:,.1f}{spread} ({name})"
+    return cell + (f"; beside it {_reference_cell(context)}" if context else "")
 
 
 def _reached_cell(entry: dict) -> str:

@@ -83,6 +83,53 @@ def test_ppo_and_appo_are_held_to_ppo2_at_their_own_frames():
     assert summary.load_reference("baselines:PPO", "asterix", 10_000_000) is None  # not on the page
 
 
+def test_a2c_is_judged_against_table_6_with_baselines_a2c_curve_beside_it(tmp_path):
+    """Table 6's A2C on Q*bert (10,066, 3 seeds) is more than twice the end of the curve of
+    Baselines' own a2c on its benchmark page (6 runs): the table shows both, the verdict follows
+    Table 6, and the figure draws the curve dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = summary.load_reference("baselines:A2C", "qbert", 40_000_000)
+    assert curve["mean"] == pytest.approx(4471.1, abs=0.1) and curve["seeds"] == 6
+    assert curve["cite"] == ("a2c", "OpenAI Baselines, 6 runs, at 40M frames")
+    assert summary.load_reference("baselines:A2C", "qbert", 10_000_000)["mean"] < 1000
+    assert summary.load_reference("baselines:DQN", "qbert", 10_000_000) is None  # not read
+    root = str(tmp_path)
+    write_run(f"{root}/a2c/qbert/seed0", [(20_000_000, 2000.0), (40_000_000, 4400.0)])
+    entries = {(e["entry"], e["game"]): e for e in summary.summarize(root, suite.jobs({"a2c"}))}
+    qbert = entries["a2c", "qbert"]
+    assert qbert["reference"]["mean"] == 10065.7 and qbert["context"]["mean"] == curve["mean"]
+    assert qbert["verdict"] == "behind"  # level with the curve (within 10%), not with Table 6
+    row = next(line for line in summary.table([qbert]).splitlines() if "Q\\*bert" in line)
+    assert (
+        "| A2C 10,065.7 (Schulman et al. 2017, Table 6); beside it a2c 4,471.1 (OpenAI "
+        "Baselines, 6 runs, at 40M frames) | behind |"
+    ) in row
+    assert all(e["context"] is None for e in summary.summarize(root, suite.jobs({"c51"})))
+    figure, axis = plt.subplots()
+    summary._draw_reference(axis, [qbert], "context")
+    (line,) = axis.get_lines()
+    assert line.get_linestyle() == ":" and line.get_label() == "a2c: OpenAI Baselines a2c"
+    assert line.get_xdata()[-1] == pytest.approx(40, abs=0.01)  # env frames (M)
+    plt.close(figure)
+
+
+def test_baselines_legend_names_each_algorithm_colour():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "reference"))
+    import baselines_curves
+
+    page = (
+        '<tr><td style="display: flex"><div style="display: flex">\n  ppo2\n  </div></td>\n'
+        '  <td><div style="background-color:rgba(102, 194, 165, 1.0)">&nbsp;</div></td></tr>'
+        '<tr><td style="display: flex"><div style="display: flex">a2c</div></td>'
+        '<td><div style="background-color:rgba(255, 217, 47, 1.0)">&nbsp;</div></td></tr>'
+    )
+    assert baselines_curves.legend(page) == {"ppo2": "#66c2a5", "a2c": "#ffd92f"}
+
+
 def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     root = str(tmp_path)
     write_run(f"{root}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])
@@ -241,12 +288,19 @@ def test_entries_held_to_one_reference_share_its_line_and_others_keep_theirs(tmp
     drawn = []
     draw_reference = summary._draw_reference
     monkeypatch.setattr(
-        summary, "_draw_reference", lambda axis, held: drawn.append([e["entry"] for e in held])
+        summary,
+        "_draw_reference",
+        lambda axis, held, which: drawn.append((which, [e["entry"] for e in held])),
     )
     summary.draw(list(entries.values()), suite.GAMES, str(tmp_path / "summary.png"))
-    assert ["ppo", "appo"] in drawn  # Breakout and Space Invaders at 10M frames
-    assert ["appo", "ppo"] in drawn  # Pong at 20M frames (APPO's entry comes first there)
-    assert ["c51"] in drawn and ["dqn"] in drawn and ["rainbow"] in drawn  # Pong: three lines
+    assert ("reference", ["ppo", "appo"]) in drawn  # Breakout and Space Invaders at 10M frames
+    assert ("reference", ["appo", "ppo"]) in drawn  # Pong at 20M frames (APPO's entry first)
+    for name in ("c51", "dqn", "rainbow"):  # Pong: three lines
+        assert ("reference", [name]) in drawn
+    # A2C and A3C share Table 6's point and, beside it, Baselines' a2c curve, on Pong and Breakout.
+    assert drawn.count(("reference", ["a2c", "a3c"])) == 2
+    assert drawn.count(("context", ["a2c", "a3c"])) == 2
+    assert drawn.count(("context", ["a2c"])) == 4  # the other four games
     figure, axis = plt.subplots()
     draw_reference(axis, [entries["ppo", "breakout"], entries["appo", "breakout"]])
     assert axis.get_legend_handles_labels()[1] == ["ppo, appo ref."]

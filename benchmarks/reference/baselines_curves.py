@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""Reads ppo2's learning curves out of OpenAI Baselines' Atari10M benchmark page into
-baselines_ppo2_atari10m.json (the suite's PPO and APPO reference at the frames they run).
+"""Reads one algorithm's learning curves out of OpenAI Baselines' Atari10M benchmark page into
+baselines_<algorithm>_atari10m.json: ppo2's (the suite's PPO and APPO reference at the frames
+they run) and a2c's (drawn beside the A2C entries' reference, Schulman et al.'s Table 6).
 
 The page (`benchmarks_atari10M.htm` in openai/baselines) draws each game's curves as vector SVG:
 a curve is a path of 100 points in pixels, and the axes' ticks give the pixels of known values.
 Each point is mapped through a straight-line fit of the ticks (exact: the ticks lie on a line to
-1e-9), so the figures are the page's own, not read by eye.
+1e-9), so the figures are the page's own, not read by eye. An algorithm's colour is read from
+the page's legend.
 
     git clone https://github.com/openai/baselines && cd baselines
-    python <tfaccel>/benchmarks/reference/baselines_curves.py --page=benchmarks_atari10M.htm \
-        --commit=$(git rev-parse HEAD) --out=<tfaccel>/benchmarks/reference/baselines_ppo2_atari10m.json
+    for algorithm in ppo2 a2c; do
+      python <tfaccel>/benchmarks/reference/baselines_curves.py --page=benchmarks_atari10M.htm \
+          --algorithm=$algorithm --commit=$(git rev-parse HEAD) \
+          --out=<tfaccel>/benchmarks/reference/baselines_${algorithm}_atari10m.json
+    done
 """
 
 import argparse
@@ -18,7 +23,6 @@ import re
 
 import numpy as np
 
-PPO2_COLOUR = "#66c2a5"  # ppo2's line in the page's legend
 FRAME_SKIP = 4  # the page's x axis counts agent steps ("timesteps")
 
 
@@ -32,13 +36,25 @@ def ticks(svg: str, axis: str) -> np.ndarray:
     return np.array(found)
 
 
-def curve(svg: str, steps_per_unit: float) -> list[list[float]]:
-    """ppo2's curve of one plot as [(env frames, score)], in the order it is drawn."""
+def legend(page: str) -> dict[str, str]:
+    """{algorithm: '#rrggbb'}: the page's legend, where a row names an algorithm and the next
+    cell shows its colour."""
+    name = r'<div style="display: flex">\s*([\w.-]+)\s*</div>\s*</td>\s*'
+    swatch = r'<td><div style="background-color:rgba\((\d+), (\d+), (\d+)'
+    return {
+        algorithm: "#" + "".join(f"{int(channel):02x}" for channel in rgb)
+        for algorithm, *rgb in re.findall(name + swatch, page)
+    }
+
+
+def curve(svg: str, steps_per_unit: float, colour: str) -> list[list[float]]:
+    """The curve drawn in `colour` on one plot as [(env frames, score)], in the order it is
+    drawn."""
     x_fit, y_fit = (np.polyfit(*ticks(svg, axis).T, 1) for axis in ("x", "y"))
     lines = [
         match.group(1)
         for match in re.finditer(r'<path[^>]*d="([^"]+)"[^>]*style="([^"]*)"', svg, re.S)
-        if f"stroke:{PPO2_COLOUR}" in match.group(2) and f"fill:{PPO2_COLOUR}" not in match.group(2)
+        if f"stroke:{colour}" in match.group(2) and f"fill:{colour}" not in match.group(2)
     ]
     points = [re.findall(r"[ML] ([\d.]+) ([\d.]+)", line) for line in lines]
     (path,) = [p for p in points if len(p) >= 10]  # the line itself, not its legend mark
@@ -51,9 +67,31 @@ def curve(svg: str, steps_per_unit: float) -> list[list[float]]:
     ]
 
 
+ENV = (
+    "the Nature CNN; the number of envs is the command's --num_env or else the CPU count of "
+    "the machine, which the page does not give; gym <Game>NoFrameskip-v4 (no sticky actions), "
+    "30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale, 4 frames, episodic life "
+    "and clipped rewards in training; the score is the raw full-game return of training "
+    "episodes (the Monitor wrapper sits inside the life-loss wrapper)"
+)
+PROTOCOLS = {  # each algorithm's defaults for Atari at baselines commit 7bfbcf1
+    "ppo2": (
+        "OpenAI Baselines ppo2 (the PPO paper's implementation) with its Atari defaults: 128 "
+        "steps per env, 4 epochs x 4 minibatches, Adam 2.5e-4 and clip 0.1 both annealed to 0 "
+        "over 10M timesteps, " + ENV
+    ),
+    "a2c": (
+        "OpenAI Baselines a2c (the A2C of Schulman et al. 2017, Table 6) with its defaults: 5 "
+        "steps per env, RMSProp 7e-4 (decay 0.99, epsilon 1e-5) annealed linearly to 0 over "
+        "10M timesteps, entropy 0.01, value 0.5, gradient norm 0.5, " + ENV
+    ),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--page", required=True, help="benchmarks_atari10M.htm of openai/baselines")
+    parser.add_argument("--algorithm", required=True, choices=sorted(PROTOCOLS))
     parser.add_argument(
         "--commit", required=True, help="the openai/baselines commit it was read at"
     )
@@ -63,16 +101,17 @@ def main() -> None:
         page = handle.read()
     caption = re.sub(r"<[^>]+>|\s+", " ", page.split("Learning Curves", 1)[1])[:200]
     assert "avg. over 6 runs" in caption and "timesteps" in caption, caption
+    colour = legend(page)[args.algorithm]
     curves = {}
     for svg in re.findall(r"<svg.*?</svg>", page, re.S):
         game = re.findall(r"<text[^>]*>(.*?)</text>", svg, re.S)[-1].strip()
         # The x ticks read 0.0 .. 1.0 under an offset label "1e7" (agent steps).
-        curves[game] = curve(svg, 1e7 if ticks(svg, "x")[:, 1].max() <= 1.0 else 1.0)
+        curves[game] = curve(svg, 1e7 if ticks(svg, "x")[:, 1].max() <= 1.0 else 1.0, colour)
     document = {
         "source": (
             f"openai/baselines benchmarks_atari10M.htm at commit {args.commit} (MIT license): "
             "the 'Atari10M Comparison' page, its runs made at baselines commit 7bfbcf1 ('cron'); "
-            "ppo2's learning curve of each game, read from the page's SVG paths by "
+            f"{args.algorithm}'s learning curve of each game, read from the page's SVG paths by "
             "benchmarks/reference/baselines_curves.py"
         ),
         "what": (
@@ -81,15 +120,7 @@ def main() -> None:
             "here for env frames (10M timesteps = 40M frames). The page does not say how the "
             "episodes are windowed or smoothed before the average; it gives no spread."
         ),
-        "protocol": (
-            "OpenAI Baselines ppo2 (the PPO paper's implementation) with its Atari defaults: 8 "
-            "envs x 128 steps, 4 epochs x 4 minibatches, Adam 2.5e-4 and clip 0.1 both annealed "
-            "to 0 over 10M timesteps, the Nature CNN; gym <Game>NoFrameskip-v4 (no sticky "
-            "actions), 30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale, 4 "
-            "frames, episodic life and clipped rewards in training; the score is the raw "
-            "full-game return of training episodes (the Monitor wrapper sits inside the "
-            "life-loss wrapper)"
-        ),
+        "protocol": PROTOCOLS[args.algorithm],
         "curves": curves,
     }
     with open(args.out, "w") as handle:
