@@ -47,7 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
 import suite_summary  # noqa: E402
-from suite_summary import trained_frames  # noqa: E402
+from suite_summary import frames_per_second, trained_frames  # noqa: E402
 
 from tfaccel import guards  # noqa: E402
 from tfaccel.bench import results as results_file  # noqa: E402
@@ -232,6 +232,25 @@ def progress(job: Job, root: str, kept: str | None = KEPT) -> int:
     return max(frames, trained_frames(job.run_dir(kept))) if kept else frames
 
 
+def hours_left(todo: list[Job], root: str, kept: str | None = KEPT) -> list[float | None]:
+    """Per job of `todo`, the hours of training its frames still take (0 for a finished job) at
+    the mean speed of its entry's runs so far on any game, each run's frames over its wall time
+    (under `root`, or in `kept` where those went further); None where none of them has a row."""
+    speeds = {}
+    for job in jobs():
+        dirs = [job.run_dir(root)] + ([job.run_dir(kept)] if kept else [])
+        if (speed := frames_per_second(max(dirs, key=trained_frames))) is not None:
+            speeds.setdefault(job.entry.name, []).append(speed)
+    hours = []
+    for job in todo:
+        left, rates = job.entry.frames - progress(job, root, kept), speeds.get(job.entry.name)
+        if left <= 0:
+            hours.append(0.0)
+        else:
+            hours.append(left / (sum(rates) / len(rates)) / 3600 if rates else None)
+    return hours
+
+
 def command(job: Job, root: str, wall_seconds: float | None) -> list[str]:
     """The `bin/train` command of one run."""
     entry, trainer = job.entry, job.entry.trainer
@@ -393,10 +412,21 @@ def main() -> int:
     if args.action == "run":
         return run_grid(args.root, todo, args.jobs, args.hours, kept)
     if args.action == "list":
-        for job in todo:
+        hours = hours_left(todo, args.root, kept)
+        for job, left in zip(todo, hours, strict=True):
             frames, here = progress(job, args.root, kept), trained_frames(job.run_dir(args.root))
             where = "" if frames == here else " (kept logs)"
-            print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames{where}")
+            eta = f"  {left:.1f} h left" if left else ""
+            print(f"{job.label:40s} {frames:>12,} / {job.entry.frames:,} frames{where}{eta}")
+        unknown, known = [left for left in hours if left is None], [left for left in hours if left]
+        if not unknown and not known:
+            print(f"suite: all {len(todo)} runs are trained")
+            return 0
+        print(
+            f"suite: {len(known) + len(unknown)} of {len(todo)} runs to train; {len(known)} take "
+            f"about {sum(known):.0f} h at the speeds of their entries' runs so far"
+            + (f", {len(unknown)} are of entries with no run yet" if unknown else "")
+        )
         return 0
     if args.action == "keep":
         copied, further = keep(args.root, todo, replace=args.retrain)

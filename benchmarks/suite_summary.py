@@ -23,15 +23,31 @@ REFERENCES = os.path.join(ROOT, "benchmarks", "reference")
 
 def trained_frames(run_dir: str) -> int:
     """The env frames of a run directory's last metrics row (0 without one)."""
+    return int(_last_row(run_dir).get("env_frames", 0))
+
+
+def frames_per_second(run_dir: str) -> float | None:
+    """A run's env frames per second of training: its last metrics row's frames over its wall
+    time, which adds up across resumes (None without a row)."""
+    row = _last_row(run_dir)
+    return row["env_frames"] / row["wall_s"] if row.get("wall_s", 0) > 0 else None
+
+
+def _last_row(run_dir: str) -> dict[str, float]:
+    """The last row of a run directory's metrics.csv by column ({} without one, or when it was
+    cut: the run itself will say what it is)."""
     path = os.path.join(run_dir, "metrics.csv")
     if not os.path.exists(path):
-        return 0
+        return {}
     with open(path) as handle:
         lines = [line for line in handle.read().splitlines() if line.strip()]
+    if len(lines) < 2:
+        return {}
     try:
-        return int(float(lines[-1].split(",")[0])) if len(lines) > 1 else 0
-    except ValueError:  # a cut last row: the run itself will say what it is
-        return 0
+        row = dict(zip(lines[0].split(","), lines[-1].split(","), strict=True))
+        return {name: float(row[name]) for name in ("env_frames", "wall_s")}
+    except (ValueError, KeyError):
+        return {}
 
 
 def title(game: str) -> str:

@@ -157,6 +157,33 @@ def test_a_summary_of_finished_and_unfinished_runs(tmp_path):
     assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_hours_left_come_from_the_speed_of_the_entrys_runs_on_any_game(tmp_path, capsys):
+    root, kept = str(tmp_path / "runs"), str(tmp_path / "kept")
+    write_run(f"{kept}/c51/breakout/seed0", [(5_000_000, 20.0), (10_000_000, 48.0)])  # 1,000 s
+    write_run(f"{root}/c51/qbert/seed0", [(2_000_000, 900.0)])  # 200 s: 10,000 frames/s too
+    with open(f"{root}/c51/qbert/seed0/metrics.csv", "a") as handle:
+        handle.write("8000000,2000000,2000.0,1000,950.0,1\n")  # slower since: 4,000 frames/s
+    todo = suite.jobs({"c51", "appo"}, {"breakout", "qbert"}, {0})
+    hours = dict(zip((job.label for job in todo), suite.hours_left(todo, root, kept), strict=True))
+    speed = (10_000 + 4_000) / 2  # the mean of the entry's two runs, frames over wall seconds
+    assert hours["c51/breakout/seed0"] == 0.0  # done in the kept logs
+    assert hours["c51/qbert/seed0"] == pytest.approx(2_000_000 / speed / 3600)
+    assert hours["appo/breakout/seed0"] is None  # no run of APPO yet
+    assert summary.frames_per_second(str(tmp_path / "none")) is None
+    sys_argv = sys.argv
+    sys.argv = ["suite.py", "list", f"--root={root}", "--only=c51", "--seeds=0", "--retrain"]
+    try:
+        assert suite.main() == 0
+    finally:
+        sys.argv = sys_argv
+    listed = capsys.readouterr().out.splitlines()  # --retrain: the committed logs not counted
+    assert listed[1].endswith("8,000,000 / 10,000,000 frames  0.1 h left")  # 2M at 4,000/s
+    assert listed[0].endswith("0 / 10,000,000 frames  0.7 h left")  # Breakout: 10M at 4,000/s
+    assert listed[-1] == (
+        "suite: 4 of 4 runs to train; 4 take about 2 h at the speeds of their entries' runs so far"
+    )
+
+
 def test_the_figure_counts_finished_seeds_and_names_unfinished_ones():
     """A seed the suite has only started is drawn, but not counted as a seed of the result."""
     assert summary.seeds_text(1, 1) == "1 seed"
