@@ -34,8 +34,9 @@ def frames_per_second(run_dir: str) -> float | None:
 
 
 def _last_row(run_dir: str) -> dict[str, float]:
-    """The last row of a run directory's metrics.csv by column ({} without one, or when it was
-    cut: the run itself will say what it is)."""
+    """The env frames and wall seconds of a run directory's last metrics row, those of its
+    columns that parse ({} without a row; a row cut by a crash: the run itself will say what
+    it is)."""
     path = os.path.join(run_dir, "metrics.csv")
     if not os.path.exists(path):
         return {}
@@ -43,11 +44,13 @@ def _last_row(run_dir: str) -> dict[str, float]:
         lines = [line for line in handle.read().splitlines() if line.strip()]
     if len(lines) < 2:
         return {}
-    try:
-        row = dict(zip(lines[0].split(","), lines[-1].split(","), strict=True))
-        return {name: float(row[name]) for name in ("env_frames", "wall_s")}
-    except (ValueError, KeyError):
-        return {}
+    row, parsed = dict(zip(lines[0].split(","), lines[-1].split(","), strict=False)), {}
+    for name in ("env_frames", "wall_s"):  # a row cut short keeps the columns it has
+        try:
+            parsed[name] = float(row[name])
+        except (KeyError, ValueError):
+            pass
+    return parsed
 
 
 def title(game: str) -> str:

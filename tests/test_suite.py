@@ -170,6 +170,13 @@ def test_the_hours_left_come_from_the_speed_of_the_entrys_runs_on_any_game(tmp_p
     assert hours["c51/qbert/seed0"] == pytest.approx(2_000_000 / speed / 3600)
     assert hours["appo/breakout/seed0"] is None  # no run of APPO yet
     assert summary.frames_per_second(str(tmp_path / "none")) is None
+    with open(f"{root}/c51/qbert/seed0/metrics.csv") as handle:
+        whole = handle.read()
+    os.makedirs(f"{tmp_path}/cut")
+    with open(f"{tmp_path}/cut/metrics.csv", "w") as handle:  # a crash in the last row's middle
+        handle.write(whole + "9000000,22")
+    assert summary.trained_frames(f"{tmp_path}/cut") == 9_000_000
+    assert summary.frames_per_second(f"{tmp_path}/cut") is None
     sys_argv = sys.argv
     sys.argv = ["suite.py", "list", f"--root={root}", "--only=c51", "--seeds=0", "--retrain"]
     try:
