@@ -174,6 +174,26 @@ def test_the_python_blocks_of_the_usage_page_run_in_order(tmp_path):
          "train_off_policy.batch_size must be at least 1, got 0"),
         (["dqn.gin"], ["DQNConfig.epsilon_decay_steps = 0"],
          "DQNConfig.epsilon_decay_steps must be at least 1, got 0"),
+        # trained until its first checkpoint, then "epsilon must be in [0, 1]"; with no
+        # evaluation games, taken and written to the operative config
+        (["catch_a2c.gin"], ["train.eval_epsilon = 5.0"],
+         "train.eval_epsilon must be between 0 and 1, got 5.0"),
+        (["catch_a2c.gin"], ["train.warmup_frames = -10"],
+         "train.warmup_frames must be at least 0, got -10"),
+        (["catch_a2c.gin"], ["A2CConfig.max_grad_norm = -1.0"],
+         "A2CConfig.max_grad_norm must be at least 0, got -1.0"),
+        (["dqn.gin"], ["DQNConfig.max_grad_norm = -1.0"],
+         "DQNConfig.max_grad_norm must be at least 0, got -1.0"),
+        # no update was ever due: "done", exit 0, nothing learnt
+        (["dqn.gin"], ["train_off_policy.replay_ratio = 0.0"],
+         "train_off_policy.replay_ratio must be more than 0 (gradient samples per agent step; "
+         "the presets take 8), got 0.0"),
+        (["dqn.gin"], ["train_off_policy.assembly_threads = 0"],
+         "train_off_policy.assembly_threads must be at least 1, got 0"),
+        # "capacity 5 is too small: need > (n_step + stack) * B" for a binding of 10
+        (["dqn.gin"], ["train_off_policy.replay_capacity = 10"],
+         "train_off_policy.replay_capacity = 10 is too small for 4 envs: give at least 24 "
+         "((n_step + stack + 1) steps per env)"),
         # another algorithm's loss: an AttributeError ('clip') from inside the first update
         (["catch_a2c.gin"], ["train.loss_fn = @ppo_loss"],
          "train.loss_fn takes a PPOConfig and train.algorithm is A2CConfig: bind "

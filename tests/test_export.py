@@ -147,6 +147,11 @@ def test_foreign_or_missing_directory_is_refused(tmp_path):
     half = tmp_path / "half"
     half.mkdir()
     (half / "tfaccel_policy.json").write_text(json.dumps({"format": "tfaccel_policy"}))
+    with pytest.raises(ValueError, match="it lacks num_actions, head, observation, which a cl"):
+        export.load_policy(str(half))
+    whole = tmp_path / "whole"
+    export.export_policy(scripted_network(), None, str(whole))
+    (half / "tfaccel_policy.json").write_text((whole / "tfaccel_policy.json").read_text())
     with pytest.raises(ValueError, match="it has no saved_model.pb"):
         export.load_policy(str(half))
     (half / "tfaccel_policy.json").write_text("{}")
@@ -345,6 +350,70 @@ def test_a_policy_file_with_a_field_of_the_wrong_type_is_one_line(
         policy_client.read_metadata(str(copy))
     with pytest.raises(ValueError, match=re.escape(message)):
         export.load_policy(str(copy))
+
+
+@pytest.mark.parametrize(
+    "edits, message, read",
+    [
+        ({("preprocessing", "stack"): 0}, "preprocessing.stack is 0: it must be 1 or more", True),
+        (  # the client stacked 4 frames for a model of 3: a shape error on every call
+            {("observation", "shape"): [104, 80, 3]},
+            "observation.shape is [104, 80, 3], but the preprocessing makes [height, width, "
+            "stack] = [104, 80, 4]: the two must agree",
+            True,
+        ),
+        (
+            {("observation", "shape"): [84, 84, 4], ("preprocessing", "height"): 84,
+             ("preprocessing", "width"): 84},
+            "observation is uint8 [84, 84, 4], but the SavedModel takes uint8 [104, 80, 4]: the "
+            "json is not this model's",
+            False,
+        ),  # fmt: skip
+        (  # "action 1 outside [0, 1)" at the first step
+            {("preprocessing", "action_names"): ["NOOP"]},
+            "num_actions is 6, but preprocessing.action_names names 1: the two must agree",
+            True,
+        ),
+        (  # accepted: the games played with 3 of the model's 6 actions
+            {("num_actions",): 3, ("preprocessing", "action_names"): ["NOOP", "FIRE", "RIGHT"]},
+            "num_actions is 3, but the SavedModel's logits has 6: the json is not this model's",
+            False,
+        ),
+        (  # accepted, exit 0
+            {("head",): "q_values"},
+            'head is "q_values", but the SavedModel outputs action, logits, sampled_action: the '
+            "json is not this model's",
+            False,
+        ),
+        ({("num_actions",): 0}, "num_actions is 0: a policy has 1 action or more", True),
+        ({("head",): None}, "head is null", True),
+    ],
+    ids=["stack_0", "shape_vs_stack", "shape_vs_model", "names", "actions_vs_model", "head",
+         "no_actions", "null_head"],
+)  # fmt: skip
+def test_a_policy_file_that_contradicts_itself_or_its_model_is_one_line(
+    pong_policy, tmp_path, edits, message, read
+):
+    """An edited tfaccel_policy.json was an IndexError or a 258-line TensorFlow TypeError, a
+    misleading one-line error, or no error at all."""
+    import shutil
+
+    copy = tmp_path / "policy"
+    shutil.copytree(pong_policy[1], copy)
+    metadata = json.loads((copy / "tfaccel_policy.json").read_text())
+    for where, value in edits.items():
+        entry = metadata
+        for key in where[:-1]:
+            entry = entry[key]
+        entry[where[-1]] = value
+    (copy / "tfaccel_policy.json").write_text(json.dumps(metadata))
+    if read:  # told from the file alone
+        with pytest.raises(ValueError, match=re.escape(message)):
+            policy_client.read_metadata(str(copy))
+    else:
+        policy_client.read_metadata(str(copy))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        policy_client.load_policy(str(copy))
 
 
 def test_a_policy_that_cannot_be_written_is_one_line_and_the_old_one_stays(tmp_path, monkeypatch):

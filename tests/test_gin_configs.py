@@ -23,6 +23,17 @@ def test_a_missing_config_lists_the_shipped_ones():
     assert len(gin_configs.names()) >= 20 and "distribute/mirrored.gin" in gin_configs.names()
 
 
+def test_a_directory_or_a_binary_file_as_a_config_is_named(tmp_path):
+    """A directory was "not found"; a binary file was gin's UnicodeDecodeError without its
+    name."""
+    with pytest.raises(ValueError, match=f"gin file '{tmp_path}' is a directory: give a .gin"):
+        gin_configs.path(str(tmp_path))
+    binary = tmp_path / "model.gin"
+    binary.write_bytes(b"train.seed = 1\n\x89PNG\xff")
+    with pytest.raises(ValueError, match=f"gin file '{binary}' is not text .not UTF-8 at byte 15"):
+        gin_configs.path(str(binary))
+
+
 def test_a_bare_name_finds_a_config_in_a_folder_and_a_path_wins():
     """Presets are at the top; toy and testing configs in folders, found by their bare name
     as long as one folder has it (the contract: `--gin_file=smoke.gin` after any config)."""

@@ -198,3 +198,32 @@ def test_repeats_of_one_seed_are_runs_and_a_directory_twice_or_a_bad_target_is_r
         with pytest.raises(ValueError, match=r"target must be a finite score \(a number\), got"):
             plot.plot(repeats, out, target=target)
     assert not os.path.exists(out)
+
+
+def test_a_metrics_table_without_a_curves_columns_or_with_bad_rows_is_named(tmp_path):
+    """A metrics.csv without env_frames was a KeyError traceback; one unreadable row (a hand
+    edit, damaged bytes) refused the whole plot; a metrics.csv that is a directory was a bare
+    [Errno 21]."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.csv").write_text("env_frames,agent_steps,episode_return_raw_mean\n1,1,1\n")
+    missing = r"metrics.csv is not a tfaccel metrics table: it has no wall_s column \(its columns: "
+    with pytest.raises(ValueError, match=missing + "env_frames, agent_steps, episode_return"):
+        plot.load_run(str(other))
+    edited = make_run(tmp_path / "edited", [-21, -10, 3])
+    with open(os.path.join(edited, "metrics.csv"), "a") as handle:
+        handle.write("4000,1000,40.0,100,xyz,4\n5000,1250,abc,100,1,5\n6000,1500,60.0,1")
+    with open(os.path.join(edited, "metrics.csv"), "ab") as handle:
+        handle.write(b"\n7000,1750,70.0,100,\xff\xfe,7\n8000,2000,80.0,100,9.0,8\n9000,22")
+    warnings = []
+    run = plot.load_run(edited, warn=warnings.append)
+    np.testing.assert_array_equal(run.frames, [1000, 2000, 3000, 8000])  # the cut last row: out
+    np.testing.assert_array_equal(run.score, [-21, -10, 3, 9])
+    assert warnings == [
+        f"warning: {edited}/metrics.csv: left out 4 unreadable row(s) (a hand edit or damaged "
+        "bytes)"
+    ]
+    folder = tmp_path / "folder"
+    (folder / "metrics.csv").mkdir(parents=True)
+    with pytest.raises(ValueError, match="metrics.csv is not a file"):
+        plot.load_run(str(folder))

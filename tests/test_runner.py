@@ -174,6 +174,14 @@ def test_run_settings_out_of_range_are_named(settings, message):
         (dict(envs_per_worker=0), "PoolConfig.envs_per_worker 1 or more, got 2 and 0"),
         (dict(num_groups=3, envs_per_worker=6), "PoolConfig.num_groups must be 1 or 2, got 3"),
         (dict(num_workers=None), "PoolConfig.num_workers must be an int, got None (NoneType)"),
+        # -5 ran the workers ahead of the learner (or failed to start them, blaming the env)
+        (dict(worker_niceness=-5), "PoolConfig.worker_niceness must be between 0 and 19, got -5"),
+        (dict(worker_niceness=50), "PoolConfig.worker_niceness must be between 0 and 19, got 50"),
+        # 0 and -1 said "worker 0 did not answer within -1 s: hung?; fix the env"
+        (dict(timeout=0.0), "PoolConfig.timeout must be more than 0 seconds, got 0.0"),
+        (dict(timeout=float("nan")), "PoolConfig.timeout must be more than 0 seconds, got nan"),
+        (dict(restart_window=-1.0), "PoolConfig.restart_window must be more than 0 seconds"),
+        (dict(max_restarts=-1), "PoolConfig.max_restarts must be at least 0, got -1"),
     ],
 )  # fmt: skip
 def test_pool_layouts_that_cannot_be_made_name_the_binding(layout, message):

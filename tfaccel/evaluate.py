@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -20,18 +21,20 @@ from tfaccel import policy_client
 
 
 class Interrupted(KeyboardInterrupt):
-    """A Ctrl-C during `evaluate`: still a KeyboardInterrupt, with the summary of the games that
-    had ended before it.
+    """A Ctrl-C (or a SIGTERM that the caller turned into a KeyboardInterrupt with a
+    `signal_name`, as the commands do) during `evaluate`: still a KeyboardInterrupt, with the
+    summary of the games that had ended before it.
 
     Attributes:
         result: what `evaluate` returns, of the finished games alone and with `stopped_by`
-            `SIGINT` (None: no game had ended).
+            `SIGINT` or `SIGTERM` (None: no game had ended).
         games: how many games had ended.
+        signal_name: `SIGINT` or `SIGTERM`.
     """
 
-    def __init__(self, result: dict | None, games: int):
-        super().__init__(f"stopped after {games} games")
-        self.result, self.games = result, games
+    def __init__(self, result: dict | None, games: int, signal_name: str = "SIGINT"):
+        super().__init__(f"stopped by {signal_name} after {games} games")
+        self.result, self.games, self.signal_name = result, games, signal_name
 
 
 def evaluate(
@@ -126,9 +129,10 @@ def evaluate(
         )
         result = _summary(records, **summary)
         _write_videos(result, records[0].frames, preprocessing, gif, gif_every, mp4, record_every)
-    except KeyboardInterrupt:
-        partial = (_summary(ended, **summary) | dict(stopped_by="SIGINT")) if ended else None
-        raise Interrupted(partial, len(ended)) from None
+    except KeyboardInterrupt as stop:
+        name = getattr(stop, "signal_name", "SIGINT")
+        partial = (_summary(ended, **summary) | dict(stopped_by=name)) if ended else None
+        raise Interrupted(partial, len(ended), name) from None
     return result
 
 
@@ -167,8 +171,9 @@ def check_output_file(path: str, name: str, suffix: str | None = None) -> None:
 
     Raises:
         ValueError: `path` does not end in `suffix`, is a directory, or its directory does not
-            exist, e.g. `gif must be a file name ending in .gif, got 'out.png'` or `cannot write
-            out=/tmp/nope/p.png: the directory /tmp/nope does not exist`.
+            exist or cannot be written to, e.g. `gif must be a file name ending in .gif, got
+            'out.png'` or `cannot write out=/tmp/nope/p.png: the directory /tmp/nope does not
+            exist`.
     """
     wanted = f"a file name ending in {suffix}" if suffix else "a file name"
     if os.path.isdir(path) or path.endswith((os.sep, "/")):
@@ -178,6 +183,15 @@ def check_output_file(path: str, name: str, suffix: str | None = None) -> None:
     directory = os.path.dirname(path)
     if not os.path.isdir(directory or os.curdir):
         raise ValueError(f"cannot write {name}={path}: the directory {directory} does not exist")
+    try:  # a trial file, as the real one is written (beside it, then moved): what permissions,
+        # a read-only mount or a full inode table allow, which os.access cannot tell for root
+        with tempfile.NamedTemporaryFile(dir=directory or os.curdir, prefix=".tfaccel-probe-"):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"cannot write {name}={path}: the directory {directory or os.curdir} takes no new "
+            f"file ({error.strerror or error}); give a path in a directory you can write to"
+        ) from error
 
 
 @contextlib.contextmanager

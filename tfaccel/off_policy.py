@@ -133,8 +133,14 @@ def train_off_policy(
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
     learner.check_positive(learning_rate, "train_off_policy.learning_rate", "7e-4")
     for name, value, low, high in (("batch_size", batch_size, 1, None), ("n_step", n_step, 1, None),
-                                   ("discount", discount, 0, 1)):  # fmt: skip
+                                   ("discount", discount, 0, 1),
+                                   ("assembly_threads", assembly_threads, 1, None)):  # fmt: skip
         check_range(value, f"train_off_policy.{name}", low, high)
+    if not replay_ratio > 0:  # 0 or NaN: no update would ever be due
+        raise ValueError(
+            f"train_off_policy.replay_ratio must be more than 0 (gradient samples per agent "
+            f"step; the presets take 8), got {replay_ratio!r}"
+        )
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy
     strategies.check_split(strategy, batch_size, "train_off_policy.batch_size")
@@ -349,6 +355,15 @@ def _make_replays(pool, capacity, num_groups, batch_size, min_replay_steps, seed
             "(a2c.gin, ppo.gin)"
         )
     height, width, stack = observation.shape
+    # Each group's ring holds capacity // num_groups // group_size steps per env, and needs
+    # more than n_step + stack of them (ReplayBuffer).
+    smallest = (options["n_step"] + stack + 1) * pool.group_size * num_groups
+    if capacity < smallest:
+        raise ValueError(
+            f"train_off_policy.replay_capacity = {capacity:,} is too small for "
+            f"{pool.num_envs} envs: give at least {smallest:,} ((n_step + stack + 1) steps per "
+            "env)"
+        )
     needed = num_groups * memory_needed(pool.group_size, capacity // num_groups, (height, width))
     available = available_memory()
     if available is not None and needed > available:

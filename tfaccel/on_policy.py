@@ -21,7 +21,7 @@ from tfaccel.distribute import strategies
 from tfaccel.envs.pool import PoolError
 from tfaccel.guards import DeadNetworkWatch, NonFiniteGuard, StopRequest, report_faults, saved_on
 from tfaccel.sampler import OnPolicySampler, compile_act
-from tfaccel.types import Rollout
+from tfaccel.types import Rollout, check_range
 
 
 @gin.configurable(denylist=["root_dir", "run_config", "pool_config", "team"])
@@ -81,6 +81,8 @@ def train(
     settings, layout = run_config or runner.RunConfig(), pool_config or runner.PoolConfig()
     NonFiniteGuard.check_action(settings.on_nonfinite)  # before anything starts
     learner.check_positive(learning_rate, "train.learning_rate", "7e-4")
+    check_range(warmup_frames, "train.warmup_frames", 0)
+    check_range(eval_epsilon, "train.eval_epsilon", 0, 1)  # even with no evaluation games
     _check_algorithm(loss_fn, algorithm)
     strategy = console.set_up_tensorflow(settings.tf_threads, strategies.make_strategy)
     precision = networks.set_precision()  # gin: set_precision.policy

@@ -43,31 +43,60 @@ class NoFinishedGame(ValueError):
         self.runs = runs
 
 
-def load_run(run_dir: str) -> Run:
-    """Reads `metrics.csv` (and `operative_config.gin`) of a run directory.
+_COLUMNS = ("env_frames", "wall_s", "episode_return_raw_mean")  # what a curve reads
+
+
+def load_run(run_dir: str, warn=print) -> Run:
+    """Reads `metrics.csv` (and `operative_config.gin`) of a run directory. Rows that cannot be
+    read (a hand edit, damaged bytes) are left out with a `warn(...)` line that counts them; a
+    last row cut short (the run writing it, or a crash) is left out silently.
 
     Raises:
-        ValueError: the directory has no metrics.csv.
+        ValueError: the directory has no metrics.csv, or one without the columns of a curve.
         NoFinishedGame: it has no scored row yet.
     """
     path = os.path.join(run_dir, "metrics.csv")
     if not os.path.exists(path):
         raise ValueError(f"{run_dir} is not a run directory: it has no metrics.csv")
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    scored = [row for row in rows if row.get("episode_return_raw_mean") not in ("", "nan", None)]
-    scored = [row for row in scored if not math.isnan(float(row["episode_return_raw_mean"]))]
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} is not a file: a run directory's metrics.csv is a table")
+    with open(path, newline="", errors="replace") as handle:
+        reader = csv.DictReader(handle)
+        rows, columns = list(reader), reader.fieldnames or []
+    missing = [column for column in _COLUMNS if column not in columns]
+    if columns and missing:
+        raise ValueError(
+            f"{path} is not a tfaccel metrics table: it has no {', '.join(missing)} column "
+            f"(its columns: {', '.join(columns[:6])}{', ...' * (len(columns) > 6)})"
+        )
+    if rows and None in rows[-1].values():  # cut short: the last cells are missing
+        rows.pop()
+    table, unreadable = [], 0
+    for row in rows:
+        try:  # a score is empty (or nan) until a game has ended
+            if None in row or None in row.values():  # more or fewer cells than columns
+                raise ValueError
+            cells = [row[column] for column in _COLUMNS]
+            cells[-1] = cells[-1] or "nan"
+            table.append([float(cell) for cell in cells])
+        except (TypeError, ValueError):
+            unreadable += 1
+    if unreadable:
+        warn(f"warning: {path}: left out {unreadable} unreadable row(s) (a hand edit or damaged "
+             "bytes)")  # fmt: skip
+    table = np.array(table, np.float64).reshape(-1, len(_COLUMNS))  # [K, 3]
+    scored = table[~np.isnan(table[:, 2])]
     name = os.path.basename(os.path.normpath(run_dir))
-    if not scored:
-        frames = int(float(rows[-1]["env_frames"])) if rows else 0
+    if not len(scored):
+        frames = int(table[-1, 0]) if len(table) else 0
         raise NoFinishedGame(f"{path} has no finished games yet", [(name, frames)])
     config_path = os.path.join(run_dir, "operative_config.gin")
     config = open(config_path).read() if os.path.exists(config_path) else run_dir
     return Run(
         name=name,
-        frames=np.array([float(row["env_frames"]) for row in scored]),
-        wall_s=np.array([float(row["wall_s"]) for row in scored]),
-        score=np.array([float(row["episode_return_raw_mean"]) for row in scored]),
+        frames=scored[:, 0],
+        wall_s=scored[:, 1],
+        score=scored[:, 2],
         config_key=_SEED_LINE.sub("", config).strip(),
         seed_key="\n".join(_SEED_LINE.findall(config)),
     )
@@ -148,7 +177,7 @@ def load_runs(run_dirs: list[str], warn=print) -> list[Run]:
     runs, left_out = [], []
     for run_dir in run_dirs:
         try:
-            runs.append(load_run(run_dir))
+            runs.append(load_run(run_dir, warn))
         except ValueError as error:
             left_out.append(error)
     fresh = [error for error in left_out if isinstance(error, NoFinishedGame)]

@@ -91,6 +91,7 @@ def read_metadata(policy_dir: str) -> dict:
             f"{FORMAT_VERSION}: use a newer policy_client.py"
         )
     _check_types(metadata, path)
+    _check_agreement(metadata, path)
     return metadata
 
 
@@ -124,6 +125,12 @@ def _check_types(metadata: dict, path: str) -> None:
                     f"{_JSON_NAMES[wanted]}"
                 )
 
+    missing = [key for key in _TYPES if key not in metadata]
+    observation = metadata.get("observation")
+    if isinstance(observation, dict) and "shape" not in observation:
+        missing.append("observation.shape")
+    if missing:
+        raise ValueError(f"{path}: it lacks {', '.join(missing)}, which a client needs")
     check(metadata, _TYPES, "")
     check(metadata["observation"] if isinstance(metadata.get("observation"), dict) else {},
           _OBSERVATION_TYPES, "observation.")  # fmt: skip
@@ -137,6 +144,64 @@ def _check_types(metadata: dict, path: str) -> None:
         if not isinstance(preprocessing, dict):
             raise ValueError(f"{path}: preprocessing must be an object or null")
         check(preprocessing, _PREPROCESSING_TYPES, "preprocessing.")
+
+
+def _check_agreement(metadata: dict, path: str) -> None:
+    """Raises a one-line ValueError where fields of `metadata` contradict each other (a hand
+    edit): the game would make observations the model does not take, or actions it lacks."""
+    num_actions = metadata.get("num_actions")
+    if num_actions is not None and num_actions < 1:
+        raise ValueError(f"{path}: num_actions is {num_actions}: a policy has 1 action or more")
+    preprocessing = metadata.get("preprocessing")
+    if not preprocessing:
+        return
+    sizes = [preprocessing.get(key) for key in ("height", "width", "stack")]
+    for key, size in zip(("height", "width", "stack"), sizes, strict=True):
+        if size is not None and size < 1:
+            raise ValueError(f"{path}: preprocessing.{key} is {size}: it must be 1 or more")
+    shape = metadata.get("observation", {}).get("shape")
+    if shape is not None and None not in sizes and list(shape) != sizes:
+        raise ValueError(
+            f"{path}: observation.shape is {json.dumps(shape)}, but the preprocessing makes "
+            f"[height, width, stack] = {json.dumps(sizes)}: the two must agree"
+        )
+    names = preprocessing.get("action_names")
+    if isinstance(names, list) and num_actions is not None and len(names) != num_actions:
+        raise ValueError(
+            f"{path}: num_actions is {num_actions}, but preprocessing.action_names names "
+            f"{len(names)}: the two must agree"
+        )
+
+
+def _check_model(signature: Any, metadata: dict, policy_dir: str) -> None:
+    """Raises a one-line ValueError where the SavedModel's signature contradicts
+    `tfaccel_policy.json` (a json edited or copied from another policy)."""
+    path = os.path.join(policy_dir, POLICY_FILE)
+    spec = signature.structured_input_signature[1].get("observation")
+    if spec is None:
+        raise ValueError(
+            f"{policy_dir} is not a tfaccel policy: its signature takes no observation"
+        )
+    taken = [spec.dtype.name, spec.shape.as_list()[1:]]
+    described = [metadata["observation"].get("dtype", "uint8"), metadata["observation"]["shape"]]
+    if taken != described:
+        raise ValueError(
+            f"{path}: observation is {described[0]} {json.dumps(described[1])}, but the "
+            f"SavedModel takes {taken[0]} {json.dumps(taken[1])}: the json is not this model's"
+        )
+    outputs = signature.structured_outputs
+    head = metadata["head"]
+    if head not in outputs:
+        raise ValueError(
+            f"{path}: head is {json.dumps(head)}, but the SavedModel outputs "
+            f"{', '.join(sorted(outputs))}: the json is not this model's"
+        )
+    actions = outputs[head].shape[1] if outputs[head].shape.rank else None  # [B, A(, N)]
+    if actions is not None and actions != metadata["num_actions"]:
+        raise ValueError(
+            f"{path}: num_actions is {metadata['num_actions']}, but the SavedModel's {head} has "
+            f"{actions}: the json is not this model's"
+        )
 
 
 _JSON_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "a string",
@@ -227,6 +292,7 @@ def load_policy(policy_dir: str) -> tuple[Policy, dict]:
     signature = model.signatures.get("serving_default")
     if signature is None:
         raise ValueError(f"{policy_dir} is not a tfaccel policy: no serving_default signature")
+    _check_model(signature, metadata, policy_dir)
     return Policy(model, signature, metadata), metadata
 
 

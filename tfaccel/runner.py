@@ -30,7 +30,7 @@ import numpy as np
 from tfaccel import networks
 from tfaccel.envs.pool import EnvPool, SerialPool
 from tfaccel.logger import Progress
-from tfaccel.types import check_field_types
+from tfaccel.types import check_field_ranges, check_field_types
 
 
 def peak_rss_mib() -> float:
@@ -118,6 +118,14 @@ class PoolConfig:
             )
         if self.num_groups not in (1, 2):
             raise ValueError(f"PoolConfig.num_groups must be 1 or 2, got {self.num_groups}")
+        # Nice values run from 0 to 19 above the trainer's; below it (negative) the workers
+        # would take the cores from inference and learning, and need privileges to start.
+        check_field_ranges(self, worker_niceness=(0, 19), max_restarts=(0, None))
+        for name in ("restart_window", "timeout"):
+            if not getattr(self, name) > 0:  # NaN too
+                raise ValueError(
+                    f"PoolConfig.{name} must be more than 0 seconds, got {getattr(self, name)!r}"
+                )
         if self.envs_per_worker % self.num_groups:
             raise ValueError(
                 f"PoolConfig.envs_per_worker ({self.envs_per_worker}) must split evenly into "

@@ -191,6 +191,22 @@ def test_every_game_plays_with_the_default_preprocessing():
         env.close()
 
 
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(crop_top=-1), "AtariConfig.crop_top and crop_bottom must be 0 or more and leave "
+                            "some of the 210 rows, got -1 and 1"),
+        (dict(crop_top=200, crop_bottom=10), "got 200 and 10"),
+        (dict(sticky_action_prob=1.5), "AtariConfig.sticky_action_prob must be between 0 and 1"),
+        (dict(noop_max=-1), "AtariConfig.noop_max must be at least 0, got -1"),
+        (dict(frame_skip=1), "AtariConfig.frame_skip must be 2 or more, got 1"),
+    ],
+)  # fmt: skip
+def test_settings_out_of_range_name_their_binding(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        AtariConfig(**settings)
+
+
 def test_a_crop_that_leaves_too_few_rows_of_the_games_screen_is_named():
     with pytest.raises(ValueError, match=r"carnival's screen is 214x160: cropped by 100 \+ 100"):
         AtariConfig(game="carnival", crop_top=100, crop_bottom=100)(0)

@@ -126,6 +126,21 @@ def test_a_video_path_that_cannot_be_written_is_refused_before_any_game(
     assert sorted(os.listdir(tmp_path)) == ["sub"] and os.listdir(tmp_path / "sub") == []
 
 
+def test_a_video_in_a_directory_that_refuses_files_is_refused_before_any_game():
+    """--gif into a folder without write permission played every game, then failed naming a
+    temporary file. /proc refuses new files even to root, as a read-only mount would."""
+    result = run(
+        "--policy_dir=pretrained/a2c_pong", "--episodes=1", "--max_agent_steps=5",
+        "--gif=/proc/game.gif",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [
+        "error: cannot write gif=/proc/game.gif: the directory /proc takes no new file (No such "
+        "file or directory); give a path in a directory you can write to"
+    ]
+    assert result.stdout == ""
+
+
 class FailingFrames(list):
     """Video frames whose iteration fails after 3 frames, as a full disk would mid-write."""
 
@@ -158,8 +173,12 @@ def test_a_video_that_fails_midway_leaves_no_partial_file_and_the_old_one_as_it_
     assert sorted(os.listdir(tmp_path)) == ["game.mp4"]
 
 
-def test_ctrl_c_prints_the_finished_games_and_one_line_then_exits_130(pong_policy, tmp_path):
-    """A Ctrl-C mid-game printed a traceback."""
+@pytest.mark.parametrize("stop, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_stop_prints_the_finished_games_and_one_line_then_exits_130_or_143(
+    pong_policy, tmp_path, stop, status
+):
+    """A Ctrl-C mid-game printed a traceback; a SIGTERM ended the command without a word and
+    without the JSON of the games that had ended."""
     gif = tmp_path / "game.gif"
     process = subprocess.Popen(
         [sys.executable, "bin/eval", f"--policy_dir={pong_policy}", "--episodes=500",
@@ -172,20 +191,20 @@ def test_ctrl_c_prints_the_finished_games_and_one_line_then_exits_130(pong_polic
         # readline could take the next games' lines too, where communicate() never sees them).
         first = process.stderr.readline().decode()  # the first game has ended
         assert first.startswith("game 1/500: "), first
-        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        os.killpg(process.pid, getattr(signal, stop))  # as a terminal's Ctrl-C: the group
         stdout, stderr = (text.decode() for text in process.communicate(timeout=60))
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, stderr[-2000:]
+    assert process.returncode == status, stderr[-2000:]
     assert "Traceback" not in stderr
     lines = (first + stderr).strip().splitlines()
     assert all(line.startswith("game ") for line in lines[:-1]), lines
-    stopped = re.fullmatch(r"stopped by SIGINT after (\d+) of 500 games", lines[-1])
+    stopped = re.fullmatch(rf"stopped by {stop} after (\d+) of 500 games", lines[-1])
     assert stopped, lines[-1]
     data = json.loads(stdout)  # the games that ended (the last maybe not yet printed)
     assert data["episodes"] == int(stopped.group(1)) in (len(lines) - 1, len(lines))
-    assert data["stopped_by"] == "SIGINT" and data["lengths"] == [20] * data["episodes"]
+    assert data["stopped_by"] == stop and data["lengths"] == [20] * data["episodes"]
     assert not gif.exists() and os.listdir(tmp_path) == []  # no video of an unfinished run
     with pytest.raises(ProcessLookupError):  # nothing of the command is left running
         os.killpg(process.pid, 0)

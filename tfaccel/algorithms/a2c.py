@@ -51,7 +51,10 @@ class A2CConfig:
 
     def __post_init__(self):
         check_field_types(self)  # a gin binding of the wrong type is named
-        check_field_ranges(self, discount=(0, 1), entropy_cost=(0, None), value_cost=(0, None))
+        check_field_ranges(
+            self, discount=(0, 1), entropy_cost=(0, None), value_cost=(0, None),
+            max_grad_norm=(0, None),
+        )  # fmt: skip
 
 
 def log_prob_and_entropy(logits: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

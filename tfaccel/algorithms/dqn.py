@@ -82,6 +82,7 @@ class DQNConfig:
         check_field_ranges(
             self, num_atoms=(1, None), target_update_period=(1, None), epsilon_start=(0, 1),
             epsilon_end=(0, 1), epsilon_decay_steps=(1, None), eval_epsilon=(0, 1),
+            max_grad_norm=(0, None),
         )  # fmt: skip
         if self.num_atoms > 1 and not self.v_min < self.v_max:
             raise ValueError(

@@ -70,6 +70,7 @@ class PPOConfig:
         check_field_ranges(
             self, discount=(0, 1), gae_lambda=(0, 1), clip=(0, None), epochs=(1, None),
             minibatches=(1, None), entropy_cost=(0, None), value_cost=(0, None),
+            max_grad_norm=(0, None),
         )  # fmt: skip
 
 

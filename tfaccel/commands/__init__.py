@@ -27,6 +27,8 @@ class Terminated(KeyboardInterrupt):
     """A SIGTERM raised where the command stands (`raise_on_sigterm`): what it started unwinds
     and cleans up as after a Ctrl-C, instead of the process dying where it stood."""
 
+    signal_name = "SIGTERM"  # what a KeyboardInterrupt without this attribute is: SIGINT
+
 
 def raise_on_sigterm() -> None:
     """From now on, a SIGTERM raises `Terminated` (until a handler of the run's own replaces
@@ -123,20 +125,21 @@ def fail(message: str) -> NoReturn:
 def interrupted(detail: str = "", error: BaseException | None = None) -> NoReturn:
     """Ends the command after a Ctrl-C (a KeyboardInterrupt its caller caught) with one line on
     stderr, `stopped by SIGINT` then `detail` (e.g. `after 3 of 10 games`), and exit status 130,
-    instead of a traceback; after a SIGTERM (`error` a `Terminated`), `stopped by SIGTERM` and
-    143."""
-    terminated = isinstance(error, Terminated)
+    instead of a traceback; after a SIGTERM (`error` a `Terminated`, or an error whose
+    `signal_name` is `SIGTERM`), `stopped by SIGTERM` and 143."""
+    terminated = getattr(error, "signal_name", "SIGINT") == "SIGTERM"
     print(f"stopped by {'SIGTERM' if terminated else 'SIGINT'} {detail}".strip(), file=sys.stderr)
     sys.exit(TERMINATED_STATUS if terminated else INTERRUPTED_STATUS)
 
 
 def exit_with(main: Callable[[], int]) -> NoReturn:
-    """Runs a command's `main` and exits with the status it returns; a Ctrl-C that `main` does
-    not handle itself (during TensorFlow's import, say) ends with `interrupted()`."""
+    """Runs a command's `main` and exits with the status it returns; a Ctrl-C or SIGTERM that
+    `main` does not handle itself (during TensorFlow's import, say) ends with `interrupted()`."""
+    raise_on_sigterm()  # a SIGTERM unwinds as a Ctrl-C does, and says so
     try:
         status = main()
-    except KeyboardInterrupt:
-        interrupted()
+    except KeyboardInterrupt as stop:
+        interrupted(error=stop)
     sys.exit(status)
 
 

@@ -10,7 +10,8 @@ need it (Breakout).
 
 A --gif or --mp4 that could not be written (another ending, a directory, a missing directory) is
 refused before the first game. Ctrl-C stops with one line, `stopped by SIGINT after N of M
-games`, and exit status 130; the JSON of the games that ended is printed first.
+games`, and exit status 130 (a SIGTERM: `stopped by SIGTERM ...` and 143); the JSON of the
+games that ended is printed first.
 """
 
 import json
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     except evaluate.Interrupted as stop:
         if stop.result is not None:
             print(json.dumps(stop.result, indent=2))
-        commands.interrupted(f"after {stop.games} of {flags.episodes} games")
+        commands.interrupted(f"after {stop.games} of {flags.episodes} games", stop)
     if "warning" in result:
         print(f"warning: {result['warning']}", file=sys.stderr)
     print(json.dumps(result, indent=2))

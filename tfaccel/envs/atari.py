@@ -24,7 +24,14 @@ import numpy as np
 from ale_py import roms
 
 from tfaccel.envs.frames import FrameStack, Resizer, scratch
-from tfaccel.types import ArraySpec, EnvSpec, Game, StepResult, check_field_types
+from tfaccel.types import (
+    ArraySpec,
+    EnvSpec,
+    Game,
+    StepResult,
+    check_field_ranges,
+    check_field_types,
+)
 
 # The screen of most games; 13 of ale-py 0.12.1's are taller (250 rows: Adventure, Air Raid,
 # Keystone Kapers, King Kong, Klax, Laser Gates, Mr. Do!, Pac-Man, Sir Lancelot, Space War; 230:
@@ -170,15 +177,16 @@ class AtariConfig:
             or self.crop_bottom < 0
             or self.crop_top + self.crop_bottom >= SCREEN_HEIGHT
         ):  # the game's own screen is checked when its env starts
-            raise ValueError(f"crop rows must be >= 0 and leave some of the {SCREEN_HEIGHT} rows")
-        if not 0.0 <= self.sticky_action_prob <= 1.0:
-            raise ValueError(f"sticky_action_prob must be in [0, 1], got {self.sticky_action_prob}")
+            raise ValueError(
+                "AtariConfig.crop_top and crop_bottom must be 0 or more and leave some of the "
+                f"{SCREEN_HEIGHT} rows, got {self.crop_top} and {self.crop_bottom}"
+            )
+        check_field_ranges(self, sticky_action_prob=(0, 1), noop_max=(0, None))
         if self.max_pool and self.frame_skip < 2:
             raise ValueError(
-                "max_pool takes the max over the last two frames of a skip: frame_skip >= 2"
+                "AtariConfig.max_pool takes the max over the last two frames of a skip: "
+                f"AtariConfig.frame_skip must be 2 or more, got {self.frame_skip}"
             )
-        if self.noop_max < 0:
-            raise ValueError(f"noop_max must be >= 0, got {self.noop_max}")
 
     @classmethod
     def nature(cls, game: str = "pong", **overrides) -> AtariConfig:

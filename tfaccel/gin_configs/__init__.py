@@ -41,7 +41,9 @@ def path(name: str) -> str:
         ValueError: none exists, or a bare name is in several folders (the message lists them).
     """
     if os.path.isfile(name):
-        return name
+        return _readable(name)
+    if os.path.isdir(name):
+        raise ValueError(f"gin file {name!r} is a directory: give a .gin file")
     candidate = os.path.join(DIRECTORY, name)
     if os.path.isfile(candidate):
         return candidate
@@ -51,6 +53,21 @@ def path(name: str) -> str:
     if alike:
         raise ValueError(f"gin file {name!r} is ambiguous: name one of {', '.join(alike)}")
     raise ValueError(f"gin file {name!r} not found; configs in gin_configs/: {', '.join(names())}")
+
+
+def _readable(name: str) -> str:
+    """`name`, after checking that it is text that can be read (gin's own errors for a binary
+    file or a missing permission do not name the file)."""
+    try:
+        with open(name, encoding="utf-8") as handle:
+            handle.read()
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"gin file {name!r} is not text (not UTF-8 at byte {error.start}): give a .gin file"
+        ) from None
+    except OSError as error:
+        raise ValueError(f"cannot read gin file {name!r}: {error.strerror or error}") from None
+    return name
 
 
 def parse(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
