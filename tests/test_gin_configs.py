@@ -207,3 +207,32 @@ def test_a_missing_include_is_named_like_a_missing_config(tmp_path):
     with pytest.raises(ValueError, match=r"included gin file 'toy/catch_ppo2.gin' not found .*; "
                        r"configs in gin_configs/: a2c.gin"):  # fmt: skip
         gin_configs.parse([str(config)])
+
+
+@pytest.mark.parametrize(
+    "configs, bindings, idle",
+    [
+        (["a2c.gin"], ["train_off_policy.batch_size = 64", "train.horizon = 5"],
+         ["warning: train_off_policy.batch_size = 64 changes nothing: this config trains with "
+          "train (on-policy); its settings are train.*"]),
+        (["dqn.gin"], ["train.horizon = 5", "train_off_policy.batch_size = 64"],
+         ["warning: train.horizon = 5 changes nothing: this config trains with train_off_policy "
+          "(off-policy); its settings are train_off_policy.*"]),
+        (["a3c.gin"], ["train.horizon = 5", "train_async.learners = 2"], []),
+        (["a3c.gin"], ["train_off_policy.n_step = 3"],
+         ["warning: train_off_policy.n_step = 3 changes nothing: this config trains with "
+          "train_async (on-policy); its settings are train_async.*"]),
+    ],
+)  # fmt: skip
+def test_a_binding_of_a_trainer_the_config_does_not_run_is_warned_about(configs, bindings, idle):
+    """`train_off_policy.batch_size = 64` under a2c.gin was taken without a word (smoke.gin
+    binds both trainers, so gin cannot refuse it) and changed nothing."""
+    from tfaccel import trainers
+
+    gin.clear_config()
+    try:
+        gin_configs.parse([*configs, "smoke.gin"], bindings)
+        assert trainers.idle_binding_warnings(bindings) == idle
+        assert trainers.idle_binding_warnings([]) == []  # smoke.gin's own are not the user's
+    finally:
+        gin.clear_config()

@@ -140,6 +140,8 @@ def train(
                     gin_configs.parse(files, [*bindings, *extra])
             except (KeyError, NameError, SyntaxError) as error:  # gin's, for a malformed line
                 raise ValueError(f"bad gin config: {commands.first_line(error)}") from error
+        for warning in trainers.idle_binding_warnings(bindings):
+            _warn(warning)
         summary = trainers.run(root_dir)
     except RuntimeError as error:  # gin: no algorithm config gave the trainer its env and loss
         raise (gin_configs.no_algorithm(error, "config list") or error) from None
@@ -210,10 +212,6 @@ def _override_bindings(overrides: dict, trainer: str) -> list[str]:
 
 def _trainer_name() -> str:
     """`train_off_policy` when the parsed configs say `run.trainer = @train_off_policy`."""
-    import gin
+    from tfaccel import trainers
 
-    try:
-        trainer = gin.query_parameter("run.trainer")
-    except ValueError:
-        return "train"
-    return "train_off_policy" if "train_off_policy" in str(trainer) else "train"
+    return trainers.trainers_run()[-1]  # train_async's learners take train's settings

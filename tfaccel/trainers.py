@@ -7,6 +7,9 @@ files (gin_configs/) refer to them by these names.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 import gin
 
 from tfaccel import (
@@ -15,6 +18,7 @@ from tfaccel import (
     networks,
     off_policy,  # noqa: F401  (registers train_off_policy)
     on_policy,
+    run_dir,
 )
 from tfaccel.algorithms import a2c, dqn, ppo
 from tfaccel.envs.atari import AtariConfig
@@ -90,6 +94,31 @@ def check_distribution(trainer) -> None:
             "trains on a device of its own (GPU i), so there is nothing to mirror; drop "
             "mirrored.gin, or drop async.gin for synchronous training on every local device"
         )
+
+
+def trainers_run() -> tuple[str, ...]:
+    """The trainers the parsed configs run: `(train_off_policy,)` for the DQN family,
+    `(train_async, train)` for asynchronous learners (each runs `train`), else `(train,)`."""
+    trainer = _bound("run.trainer")
+    name = trainer.configurable.name if trainer is not None else "train"
+    return ("train_async", "train") if name == "train_async" else (name,)
+
+
+def idle_binding_warnings(bindings: Sequence[str]) -> list[str]:
+    """A warning for each of `bindings` (a command line's) that sets a trainer the parsed
+    configs do not run, e.g. `train_off_policy.batch_size = 64` under a2c.gin: gin takes it
+    without a word (a config such as smoke.gin binds both trainers) and it changes nothing."""
+    used, warnings = trainers_run(), []
+    for binding in bindings:
+        target = re.match(r"\s*([\w./]+)\.(\w+)\s*=", binding)
+        name = target and target.group(1).rsplit("/", 1)[-1]
+        if name in run_dir.TRAINERS and name not in used:
+            family = "off-policy" if used[0] == "train_off_policy" else "on-policy"
+            warnings.append(
+                f"warning: {binding.strip()} changes nothing: this config trains with "
+                f"{used[0]} ({family}); its settings are {used[0]}.*"
+            )
+    return warnings
 
 
 def _bound(name: str):

@@ -62,6 +62,8 @@ def main(argv=None) -> int:
         )
     except (ValueError, KeyError, NameError, SyntaxError, OSError) as error:
         commands.fail(f"bad gin config: {commands.first_line(error)}")
+    for warning in trainers.idle_binding_warnings(flags.gin_bindings):
+        print(warning, file=sys.stderr)
     import tensorflow as tf
 
     peer_lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
