@@ -257,10 +257,18 @@ def test_the_kept_speedup_is_per_kernel_settings_and_survives_a_file_system_with
 
 
 def test_auto_says_where_the_timing_is_kept_only_where_it_is(monkeypatch, tmp_path):
-    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path))
+    """A cache folder that is a file (or read-only) was passed over in silence: every run timed
+    the product again."""
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path / "a_file"))
     flags = lambda: {"avx512_bf16"}  # noqa: E731
+    networks._keep_speedup(networks.speedup_file(), 1.27)
     precision, why = networks.choose_precision(flags, lambda: [], lambda: 1.27)
-    assert precision == "float32" and why.endswith("as fast as float32 (bfloat16 from 1.4x)")
+    assert precision == "float32" and why.endswith(
+        f"as fast as float32 (bfloat16 from 1.4x; timed at each start: it cannot be kept in "
+        f"{tmp_path}/a_file (set TFACCEL_CACHE_DIR to a folder you can write to))"
+    )
+    monkeypatch.setenv(networks.CACHE_VARIABLE, str(tmp_path))
     networks._keep_speedup(networks.speedup_file(), 1.27)
     precision, why = networks.choose_precision(flags, lambda: [], lambda: 1.27)
     assert precision == "float32" and "(bfloat16 from 1.4x; timed once, kept in " in why

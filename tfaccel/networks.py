@@ -265,8 +265,14 @@ def choose_precision(
             )
         chosen = "mixed_bfloat16" if ratio >= BFLOAT16_MIN_SPEEDUP else "float32"
         notes = [] if chosen == "mixed_bfloat16" else [f"bfloat16 from {BFLOAT16_MIN_SPEEDUP}x"]
-        if _read_speedup(path := speedup_file()) == ratio:
+        kept = _read_speedup(path := speedup_file())
+        if kept == ratio:
             notes.append(f"timed once, kept in {_shown(path)}")
+        elif kept is None:  # a cache folder that is a file, or read-only: each run times it
+            notes.append(
+                f"timed at each start: it cannot be kept in {_shown(path.parent)} (set "
+                f"{CACHE_VARIABLE} to a folder you can write to)"
+            )
         why = (
             f"auto: this CPU has AVX-512 BF16 without AMX, and a bfloat16 matrix product ran "
             f"{ratio:.2f}x as fast as float32"
