@@ -160,6 +160,21 @@ def test_docs_policy_names_every_field_of_the_policy_file():
     assert not fields, f"docs/policy.md does not name {sorted(fields)}"
 
 
+def test_the_shipped_policies_describe_their_preprocessing_as_a_new_export_does():
+    """The shipped policies' `pipeline` text was an older one that a client built from it
+    alone would follow wrongly on games with lives (the stack zeroed after a lost life, FIRE
+    after each one): what a new export writes changed, theirs did not."""
+    import json
+
+    from tfaccel.envs.atari import AtariConfig
+
+    described = AtariConfig(game="pong").describe()
+    for policy in ("a2c_pong", "c51_pong"):
+        with open(os.path.join(ROOT, "pretrained", policy, "tfaccel_policy.json")) as handle:
+            preprocessing = json.load(handle)["preprocessing"]
+        assert preprocessing == described, policy
+
+
 def test_docs_policy_resize_gives_tfaccels_frames_number_for_number():
     """docs/policy.md said "in floating point, rounds half up floor(x + 0.5)", but tfaccel
     rounded a float32 product that lands below an exact half at some pixels (Breakout at 84x84:

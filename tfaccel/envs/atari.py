@@ -106,17 +106,19 @@ PIPELINE = {
     "the game's screen (`screen`: [rows, columns], [210, 160] for most games)",
     "frame_skip": "each action is repeated for frame_skip emulator frames; the rewards add up",
     "max_pool": "if max_pool, the element-wise max of the screens after the last two frames of "
-    "the skip; else the last screen; when the game ends inside the skip, its last screen alone",
-    "crop": "rows crop_top .. rows - crop_bottom - 1 of the screen, all its columns",
+    "the skip; else the last screen; when the game ends inside the skip, the rest of the skip "
+    "is not played and the screen at that moment is taken alone",
+    "crop": "rows crop_top .. rows - crop_bottom - 1 of the screen, both included, all its columns",
     "resize": "area average to height x width: an exact halving takes (a + b + c + d + 2) // 4 "
     "of each 2x2 block in integers; any other size averages the input area each output pixel "
     "covers (partly covered pixels weighted by their share) and rounds half up, floor(x + 0.5)",
     "stack": "the last `stack` frames on the last axis, oldest first; at a game's start the "
     "older slots are zeros; playing full games the stack runs on across lives (in training "
     "with episodic_life it also restarted after a lost life)",
-    "reset": "a new game starts with 1..noop_max NOOP emulator frames (uniform; 0: none); if "
-    "fire_on_reset, FIRE is pressed for one emulator frame at a game's start (in training "
-    "with episodic_life also after a lost life)",
+    "reset": "a new game starts with 1..noop_max NOOP emulator frames (uniform; 0: none; their "
+    "rewards do not count); if fire_on_reset and FIRE is in action_names, FIRE is pressed for "
+    "one emulator frame at a game's start, its reward counted (in training with episodic_life "
+    "also after a lost life)",
     "sticky_actions": "ALE's repeat_action_probability = sticky_action_prob",
     "scaling": "the SavedModel takes the uint8 stack as it is and scales it (and subtracts the "
     "game's background pixel, where training did) inside",
