@@ -403,6 +403,8 @@ def main() -> int:
     todo = selected(parser, args)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.hours is not None and not args.hours > 0:  # NaN too
+        parser.error(f"--hours must be more than 0 (leave it out for no limit), got {args.hours}")
     if args.action in ("keep", "summary") and not os.path.isdir(args.root):
         parser.error(
             f"--root {args.root} is not a directory: give the suite's run directories (`run` "

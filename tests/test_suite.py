@@ -306,6 +306,11 @@ def test_a_root_without_runs_is_refused_and_leaves_the_results_as_they_were(tmp_
     with pytest.raises(SystemExit):
         main("summary", f"--root={tmp_path / 'empty'}")
     assert "no run of the suite under" in capsys.readouterr().err and not out.exists()
+    for hours in ("-1", "0", "nan"):  # -1 started a run and stopped it at once
+        with pytest.raises(SystemExit):
+            main("run", f"--root={tmp_path / 'empty'}", f"--hours={hours}")
+        assert "--hours must be more than 0 (leave it out for no limit)" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "empty") == []
 
 
 def test_entries_held_to_one_reference_share_its_line_and_others_keep_theirs(tmp_path, monkeypatch):
