@@ -69,7 +69,16 @@ def read_metadata(policy_dir: str) -> dict:
     if not isinstance(policy_dir, (str, os.PathLike)):
         raise ValueError(f"policy_dir must be a directory path, got {policy_dir!r}")
     if not os.path.exists(policy_dir):
-        raise ValueError(f"policy directory {policy_dir} does not exist")
+        shipped = os.path.basename(os.path.dirname(os.path.normpath(policy_dir))) == "pretrained"
+        raise ValueError(
+            f"policy directory {policy_dir} does not exist"
+            + (  # a pip install has the commands, not the repository's folders
+                "; the pretrained policies come with a checkout of tfaccel's repository, not "
+                "with a pip install: give the path of its pretrained/ folder"
+                if shipped
+                else ""
+            )
+        )
     if not os.path.isdir(policy_dir):
         raise ValueError(f"policy directory {policy_dir} is not a directory")
     path = os.path.join(policy_dir, POLICY_FILE)

@@ -74,6 +74,12 @@ def test_eval_prints_scores_and_writes_gif_and_mp4(pong_policy, tmp_path):
     [
         (["--policy_dir=/nonexistent"], "error: policy directory /nonexistent does not exist"),
         (["--policy_dir=tests"], "error: tests is not a tfaccel policy: it has no tfaccel_policy"),
+        (  # the README's command from a pip install, outside a checkout
+            ["--policy_dir=/nonexistent/pretrained/a2c_pong"],
+            "error: policy directory /nonexistent/pretrained/a2c_pong does not exist; the "
+            "pretrained policies come with a checkout of tfaccel's repository, not with a pip "
+            "install: give the path of its pretrained/ folder",
+        ),
         (["--policy_dir=/nonexistent", "--episodes=0"], "error: episodes must be >= 1, got 0"),
         (["--policy_dir=/nonexistent", "--epsilon=2"], "error: epsilon must be in [0, 1], got 2"),
         (
