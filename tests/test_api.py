@@ -84,6 +84,29 @@ def test_a_configurable_losss_own_settings_are_recorded_and_compared_on_resume(t
     assert "scaled_a2c_loss.scale: 0.5 -> 0.25" in capfd.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "config, overrides, bindings",
+    [
+        ("a2c.gin", dict(game="breakout", seed=2, learning_rate=1e-3),
+         ["AtariConfig.game = 'breakout'", "RunConfig.seed = 2", "train.learning_rate = 0.001"]),
+        ("dqn.gin", dict(sticky_action_prob=0.25, batch_size=64),
+         ["AtariConfig.sticky_action_prob = 0.25", "train_off_policy.batch_size = 64"]),
+        ("catch_a2c.gin", dict(envs_per_worker=2), ["PoolConfig.envs_per_worker = 2"]),
+    ],
+)  # fmt: skip
+def test_overrides_reach_the_run_the_pool_the_trainer_or_the_env(config, overrides, bindings):
+    """`game="breakout"`, the first override a newcomer tries, was refused: "train takes no
+    setting 'game'"."""
+    from tfaccel import api, gin_configs
+
+    gin.clear_config()
+    try:
+        gin_configs.parse([config])
+        assert api._override_bindings(overrides, api._trainer_name()) == bindings
+    finally:
+        gin.clear_config()
+
+
 def test_an_unknown_override_names_the_trainers_parameters(tmp_path):
     with pytest.raises(ValueError, match=r"train takes no setting 'total_frame'; did you mean "
                        r"total_frames or"):  # fmt: skip

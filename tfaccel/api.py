@@ -108,8 +108,9 @@ def train(
             a string).
         **overrides: settings bound after the configs and bindings, by their bare names:
             those of `RunConfig` (`total_frames=2_000`, `seed=1`, ...), of `PoolConfig`
-            (`num_workers=0`, `envs_per_worker=4`, ...), or else of the config's trainer
-            (`train` or `train_off_policy`, e.g. `learning_rate=1e-3`).
+            (`num_workers=0`, `envs_per_worker=4`, ...), of the config's trainer (`train` or
+            `train_off_policy`, e.g. `learning_rate=1e-3`), or else of its env's config
+            (`AtariConfig`: `game="breakout"`, `sticky_action_prob=0.25`, ...).
 
     Raises:
         ValueError: an unknown config, binding or parameter, or bad settings (with what is
@@ -179,7 +180,8 @@ def _raise_if_stopped(signal_name: str | None, root_dir: str) -> None:
 
 def _override_bindings(overrides: dict, trainer: str) -> list[str]:
     """`train`'s overrides as gin bindings: a setting every trainer shares goes to the
-    configurable that holds it (`RunConfig`, `PoolConfig`), any other to `trainer`.
+    configurable that holds it (`RunConfig`, `PoolConfig`), a setting of `trainer` to it, any
+    other to the config class of the env it trains on (`AtariConfig.game`).
 
     Raises:
         ValueError: a name that none of them takes (with the closest ones and the list).
@@ -200,6 +202,16 @@ def _override_bindings(overrides: dict, trainer: str) -> list[str]:
     not_settings = {"root_dir", "run_config", "pool_config", "team"}  # passed, not bound
     signature = inspect.signature(inspect.unwrap(gin.get_configurable(trainer)))
     owners |= {name: trainer for name in signature.parameters if name not in not_settings}
+    try:  # the env the config trains on, e.g. @AtariConfig()
+        env = gin.query_parameter(f"{trainer}.env").configurable
+    except (ValueError, AttributeError):  # not bound, or not a configurable's reference
+        env = None
+    if env is not None and dataclasses.is_dataclass(env.wrapped):
+        owners |= {
+            field.name: env.name
+            for field in dataclasses.fields(env.wrapped)
+            if field.name not in owners
+        }
     for name in overrides:
         if name not in owners:
             close = difflib.get_close_matches(name, owners, n=3)
