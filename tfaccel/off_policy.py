@@ -270,13 +270,14 @@ class _ReplayLearning:
         self._prefetcher = None
 
     def columns(self, epsilon: float, learn_seconds: float) -> dict:
-        """The off-policy columns of a metrics row."""
-        return {
+        """The off-policy columns of a metrics row (`priority_beta` with prioritized replay
+        only: it weighs nothing without it)."""
+        row = {
             "epsilon": epsilon,
             "replay_size": sum(len(replay) for replay in self.replays),
             "replay_wait_fraction": self.wait_seconds / max(learn_seconds, 1e-9),
-            "priority_beta": self.beta,
         }
+        return row | ({"priority_beta": self.beta} if self.prioritized else {})
 
     def note(self) -> str:
         """What the progress line shows after the score."""

@@ -250,6 +250,7 @@ def publish_policy(
     eval_log.write({
         "env_frames": frames, "agent_steps": frames // frame_skip, "wall_s": wall_s,
         "eval_return_mean": scores["mean"], "eval_return_std": scores["std"],
+        "eval_at_step_limit": scores["at_step_limit"],  # games cut, not ended: a stuck policy
     })  # fmt: skip
     log.message(f"evaluation at {frames:,} frames: {scores['mean']:.1f}")
 

@@ -90,6 +90,7 @@ def test_bench_sampler_writes_json_and_plot(tmp_path):
         result.stderr
     )
     assert data["git_revision"] and data["command"].startswith("bin/bench_sampler")
+    assert data["machine"]["cpu"] and data["machine"]["cores"] >= 1  # the docs promise it
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "best_random_over_limit" in result.stdout
 

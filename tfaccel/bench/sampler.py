@@ -22,7 +22,7 @@ import numpy as np
 
 from tfaccel.bench import end_to_end
 from tfaccel.bench.peers import PEERS, raw_single_process_sps, timed
-from tfaccel.bench.results import git_revision
+from tfaccel.bench.results import git_revision, machine
 from tfaccel.envs.atari import AtariConfig
 from tfaccel.envs.pool import EnvPool
 
@@ -182,6 +182,7 @@ def run(
         "peers": [],
         "command": " ".join(sys.argv),
         "git_revision": git_revision(),
+        "machine": machine(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     # Peers and random-action pools before TensorFlow is imported, so that nothing of it runs.

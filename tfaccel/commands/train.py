@@ -147,10 +147,12 @@ def print_summary(summary: dict, root_dir: str) -> None:
     frames = summary.get("env_frames", int(last["env_frames"]))
     wall = summary.get("wall_s", float(last["wall_s"]))
     steps = int(last["agent_steps"])
+    # The speed of the training loop, as metrics.csv has it: the summary's time also counts
+    # the final checkpoint, export and evaluation games.
+    rate = steps / max(float(last["wall_s"]), 1e-9)
     print(
         f"{'so far' if summary.get('stopped_by') else 'done'}: {frames:,} frames ({steps:,} "
-        f"agent steps) in {wall / 60:.1f} min of training, "
-        f"{steps / max(wall, 1e-9):,.0f} agent steps/s"
+        f"agent steps) in {wall / 60:.1f} min of training, {rate:,.0f} agent steps/s"
     )
     if scored:
         best, at = max(scored)
