@@ -122,6 +122,11 @@ class MetricsLogger:
         """How many rows the file holds below its header."""
         return 0 if self._columns is None else len(self._rows())
 
+    def last_frames(self) -> int | None:
+        """The env frames of the last row (None without one)."""
+        rows = [] if self._columns is None else self._rows()
+        return int(rows[-1][self._columns.index("env_frames")]) if rows else None
+
     def _widen(self, new_columns: list[str]) -> None:
         """Rewrites the file with `new_columns` added to the header (atomically)."""
         old_rows = self._rows()

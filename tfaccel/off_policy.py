@@ -229,11 +229,13 @@ def _loop(loop, sampler, agent, learning, algorithm, min_replay_steps, team, gua
     with StopRequest() as stop:
         if loop.complete():
             return loop.finish(stop)
-        loop.log.message(
-            f"filling the replay: learning starts when each process holds {min_replay_steps:,} "
-            f"transitions ({sampler.pool.num_envs} envs here; "
-            f"{loop.settings.total_frames - loop.frames:,} frames to go)"
-        )
+        # A replay restored with the checkpoint learns at once: no word of filling it.
+        if sum(len(replay) for replay in learning.replays) < min_replay_steps:
+            loop.log.message(
+                f"filling the replay: learning starts when each process holds "
+                f"{min_replay_steps:,} transitions ({sampler.pool.num_envs} envs here; "
+                f"{loop.settings.total_frames - loop.frames:,} frames to go)"
+            )
         with contextlib.ExitStack() as cleanup:  # the prefetcher stops before the last save
             cleanup.enter_context(saved_on(PoolError, loop.save_if_behind))
             while not loop.should_stop(stop):

@@ -255,6 +255,13 @@ class Loop:
         self._columns, self._note = columns, note
         self.base_steps, self.base_wall = int(counters.agent_steps), float(counters.wall_seconds)
         self.frames = self.last_log = self.last_save = self.base_steps * frame_skip
+        # After a crash the checkpoint is later than the last row kept (rows and checkpoints
+        # have their own intervals): the next row is due one interval after that row, else the
+        # stretch between them would have none.
+        kept = log.last_frames()
+        if kept is not None:
+            self.last_log = min(self.last_log, kept)
+        self._rate_from = self.frames  # the frames that `fps` counts from (this process's)
         self.recent = collections.deque(counters.recalled_scores(), maxlen=counters.RECENT)
         self.start = self._last_time = time.perf_counter()
         self.learn_seconds = 0.0
@@ -317,7 +324,7 @@ class Loop:
             "env_frames": self.frames,
             "agent_steps": self.frames // self.frame_skip,
             "wall_s": self.base_wall + elapsed,
-            "fps": (self.frames - self.last_log) / max(now - self._last_time, 1e-9),
+            "fps": (self.frames - self._rate_from) / max(now - self._last_time, 1e-9),
             "episode_return_raw_mean": self.score(),
             "episodes": int(self.counters.games),
             "env_fraction": sampler.seconds["env"] / elapsed,
@@ -329,7 +336,8 @@ class Loop:
             **self.metrics,
         })  # fmt: skip
         self._show()
-        self.last_log, self._last_time = self.frames, now
+        self.last_log = self._rate_from = self.frames
+        self._last_time = now
 
     def _show(self) -> None:
         elapsed = max(self.elapsed(), 1e-9)

@@ -271,6 +271,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
                 "--gin_bindings=RunConfig.log_interval_frames = 200"]  # fmt: skip
     first = train(tmp_path, "--gin_file=catch_dqn.gin", *bindings)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "filling the replay: learning starts when" in first.stdout
     saved = sorted(os.listdir(tmp_path / "checkpoints"))
     assert [name for name in saved if name.startswith("replay-")] == ["replay-3000.npz"]
     stored = int(rows(tmp_path)[-1]["replay_size"])
@@ -280,6 +281,7 @@ def test_replay_is_checkpointed_on_request_and_restored(tmp_path):
                     "--gin_bindings=RunConfig.total_frames = 3400")  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "replay restored" in resumed.stdout
+    assert "filling the replay" not in resumed.stdout  # it said so, then learnt at once
     after = [row for row in rows(tmp_path) if int(row["env_frames"]) > 3000]
     # The restored memory is there at once: no refill from zero, and learning goes on.
     assert int(after[0]["replay_size"]) >= stored and float(after[0]["learn_fraction"]) > 0

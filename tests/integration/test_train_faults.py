@@ -56,14 +56,17 @@ def test_a_stop_signal_saves_a_checkpoint_and_the_run_resumes(tmp_path, name, gr
 
 
 def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_once(tmp_path):
+    # Rows every 1,000 frames (at the end of a rollout: 1,032, 2,072, ...), checkpoints every
+    # 1,200: a checkpoint falls between rows, as it does in the presets.
+    intervals = ["--gin_bindings=RunConfig.log_interval_frames = 1_000"]
     process = subprocess.Popen(
-        [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE,
+        [sys.executable, "bin/train", f"--root_dir={tmp_path}", *SMOKE, *intervals,
          "--gin_bindings=RunConfig.total_frames = 10_000_000",
          "--gin_bindings=RunConfig.checkpoint_interval_frames = 1_200"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 180
-    while logged_frames(tmp_path) < 2000:
+    while logged_frames(tmp_path) < 3000:
         assert time.monotonic() < deadline and process.poll() is None, process.stderr.read()
         time.sleep(0.2)
     workers = descendants(process.pid)
@@ -80,11 +83,16 @@ def test_a_killed_trainer_resumes_from_its_last_checkpoint_and_logs_each_frame_o
     state = tf.train.get_checkpoint_state(str(tmp_path / "checkpoints"))
     saved = int(state.model_checkpoint_path.rsplit("ckpt-", 1)[1])
     assert 1200 <= saved <= logged
-    resumed = train(tmp_path, *SMOKE, f"--gin_bindings=RunConfig.total_frames = {logged + 800}")
+    resumed = train(
+        tmp_path, *SMOKE, *intervals, f"--gin_bindings=RunConfig.total_frames = {logged + 2000}"
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at {saved:,} frames" in resumed.stdout  # lost: only the work since the checkpoint
     frames = [int(row["env_frames"]) for row in rows(tmp_path)]
-    assert frames == sorted(set(frames)) and frames[-1] >= logged + 800  # each frame count once
+    assert frames == sorted(set(frames)) and frames[-1] >= logged + 2000  # each frame count once
+    # No stretch without a row: the resumed run logged its first row one interval after the last
+    # row kept, not after the checkpoint (a gap of up to two intervals, every crash).
+    assert max(b - a for a, b in zip(frames[:-1], frames[1:], strict=True)) <= 1_100, frames
     assert not [name for name in os.listdir(tmp_path / "checkpoints") if "_temp" in name]
 
 
