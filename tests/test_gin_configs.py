@@ -221,7 +221,7 @@ def test_a_missing_include_is_named_like_a_missing_config(tmp_path):
         (["a3c.gin"], ["train.horizon = 5", "train_async.learners = 2"], []),
         (["a3c.gin"], ["train_off_policy.n_step = 3"],
          ["warning: train_off_policy.n_step = 3 changes nothing: this config trains with "
-          "train_async (on-policy); its settings are train_async.*"]),
+          "train_async (on-policy); its settings are train.* and train_async.*"]),
     ],
 )  # fmt: skip
 def test_a_binding_of_a_trainer_the_config_does_not_run_is_warned_about(configs, bindings, idle):

@@ -205,7 +205,8 @@ def _check_model(signature: Any, metadata: dict, policy_dir: str) -> None:
             f"{path}: head is {json.dumps(head)}, but the SavedModel outputs "
             f"{', '.join(sorted(outputs))}: the json is not this model's"
         )
-    actions = outputs[head].shape[1] if outputs[head].shape.rank else None  # [B, A(, N)]
+    shape = outputs[head].shape  # [B, A] or, for probabilities, [B, A, N]
+    actions = shape[1] if shape.rank is not None and shape.rank >= 2 else None
     if actions is not None and actions != metadata["num_actions"]:
         raise ValueError(
             f"{path}: num_actions is {metadata['num_actions']}, but the SavedModel's {head} has "

@@ -114,9 +114,10 @@ def idle_binding_warnings(bindings: Sequence[str]) -> list[str]:
         name = target and target.group(1).rsplit("/", 1)[-1]
         if name in run_dir.TRAINERS and name not in used:
             family = "off-policy" if used[0] == "train_off_policy" else "on-policy"
+            settings = " and ".join(f"{trainer}.*" for trainer in sorted(used))
             warnings.append(
                 f"warning: {binding.strip()} changes nothing: this config trains with "
-                f"{used[0]} ({family}); its settings are {used[0]}.*"
+                f"{used[0]} ({family}); its settings are {settings}"
             )
     return warnings
 
